@@ -1,0 +1,69 @@
+"""Database-backed delayed jobs for Django.
+
+The public API is re-exported here lazily, so that ``import delayjobs`` is safe before
+Django's app registry is ready (for example in ``settings.py`` or ``apps.py``).
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "schedule": "delayjobs.api",
+    "schedule_many": "delayjobs.api",
+    "cancel": "delayjobs.api",
+    "reschedule": "delayjobs.api",
+    "retry": "delayjobs.api",
+    "JobType": "delayjobs.jobtypes",
+    "register": "delayjobs.jobtypes",
+    "DelayJobsError": "delayjobs.exceptions",
+    "InvalidJob": "delayjobs.exceptions",
+    "UnknownJobType": "delayjobs.exceptions",
+    "DuplicateJob": "delayjobs.exceptions",
+    "JobNotFound": "delayjobs.exceptions",
+    "InvalidTransition": "delayjobs.exceptions",
+}
+
+__all__ = [
+    "DelayJobsError",
+    "DuplicateJob",
+    "InvalidJob",
+    "InvalidTransition",
+    "JobNotFound",
+    "JobType",
+    "UnknownJobType",
+    "__version__",
+    "cancel",
+    "register",
+    "reschedule",
+    "retry",
+    "schedule",
+    "schedule_many",
+]
+
+if TYPE_CHECKING:
+    from delayjobs.api import cancel, reschedule, retry, schedule, schedule_many
+    from delayjobs.exceptions import (
+        DelayJobsError,
+        DuplicateJob,
+        InvalidJob,
+        InvalidTransition,
+        JobNotFound,
+        UnknownJobType,
+    )
+    from delayjobs.jobtypes import JobType, register
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module = _EXPORTS[name]
+    except KeyError:
+        raise AttributeError(f"module 'delayjobs' has no attribute {name!r}") from None
+    return getattr(import_module(module), name)
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -1,0 +1,383 @@
+"""The public scheduling API: schedule, schedule_many, cancel, reschedule, retry.
+
+Every function writes in the caller's transaction and hands the job to Redis only once
+that transaction commits; a rollback leaves no job anywhere. Bad arguments raise
+``InvalidJob`` (or a subclass) before anything is written.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import IntegrityError, router, transaction
+from django.utils import timezone
+
+from delayjobs import transitions
+from delayjobs.exceptions import DuplicateJob, InvalidJob, JobNotFound
+from delayjobs.handoff import index_on_commit, unindex_on_commit
+from delayjobs.jobtypes import QUEUE_PATTERN, JobType, registry
+from delayjobs.models import DelayedJob, JobStatus
+from delayjobs.redis_store import IndexEntry
+
+KEY_MAX_LENGTH = DelayedJob._meta.get_field("key").max_length
+SPEC_FIELDS = frozenset(
+    {"job_type", "payload", "run_at", "delay", "key", "queue", "max_attempts", "replace"}
+)
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """Validated, normalised arguments of one job."""
+
+    job_type: str
+    payload: Any
+    run_at: datetime
+    key: str | None
+    queue: str
+    max_attempts: int | None
+    replace: bool
+
+    def new_job(self) -> DelayedJob:
+        return DelayedJob(
+            job_type=self.job_type,
+            payload=self.payload,
+            run_at=self.run_at,
+            key=self.key,
+            queue=self.queue,
+            max_attempts=self.max_attempts,
+        )
+
+    def replacement_fields(self) -> dict[str, Any]:
+        """What ``replace=True`` changes on the job already holding the key."""
+        return {
+            "job_type": self.job_type,
+            "payload": self.payload,
+            "run_at": self.run_at,
+            "queue": self.queue,
+            "max_attempts": self.max_attempts,
+            "attempts": 0,
+            "last_error": "",
+        }
+
+
+def schedule(
+    job_type: str | type[JobType],
+    payload: Any = None,
+    *,
+    run_at: datetime | None = None,
+    delay: timedelta | None = None,
+    key: str | None = None,
+    queue: str | None = None,
+    max_attempts: int | None = None,
+    replace: bool = False,
+) -> DelayedJob:
+    """Schedule one job at ``run_at``, after ``delay``, or now; return its row.
+
+    With ``key``, at most one scheduled or running job holds it: another one raises
+    ``DuplicateJob``, unless ``replace=True``, which moves the scheduled job holding the
+    key to the new time and payload instead.
+    """
+    spec = build_spec(
+        job_type,
+        payload,
+        run_at=run_at,
+        delay=delay,
+        key=key,
+        queue=queue,
+        max_attempts=max_attempts,
+        replace=replace,
+    )
+    using = router.db_for_write(DelayedJob)
+    if spec.key is None:
+        # No constraint can fail: a plain INSERT in the caller's transaction (or autocommit).
+        job = spec.new_job()
+        job.save(force_insert=True, using=using)
+        index_on_commit([_entry(job)], using)
+        return job
+    with transaction.atomic(using=using):
+        return _schedule_keyed(spec, using)
+
+
+def schedule_many(specs: Iterable[Mapping[str, Any]]) -> list[DelayedJob]:
+    """Schedule many jobs in one transaction with a bulk INSERT; all or none.
+
+    Each spec is a dict of ``schedule`` keyword arguments plus ``job_type``.
+    """
+    built = [_build_indexed_spec(index, spec) for index, spec in enumerate(specs)]
+    if not built:
+        return []
+    _refuse_repeated_keys(built)
+    using = router.db_for_write(DelayedJob)
+    with transaction.atomic(using=using):
+        keyed = [spec for spec in built if spec.key is not None]
+        holders = _lock_active_holders([spec.key for spec in keyed if spec.key], using)
+        jobs_by_position: dict[int, DelayedJob] = {}
+        fresh: list[tuple[int, DelayedJob]] = []
+        for position, spec in enumerate(built):
+            holder = holders.get(spec.key) if spec.key else None
+            if holder is None:
+                fresh.append((position, spec.new_job()))
+            else:
+                jobs_by_position[position] = _replace(holder, spec, using)
+        try:
+            with transaction.atomic(using=using):
+                created = DelayedJob.objects.using(using).bulk_create(
+                    [job for _position, job in fresh], batch_size=500
+                )
+        except IntegrityError:
+            # Another transaction took one of the keys since we looked.
+            _raise_if_key_taken([spec.key for spec in keyed if spec.key], using)
+            raise
+        for (position, _job), job in zip(fresh, created, strict=True):
+            jobs_by_position[position] = job
+        jobs = [jobs_by_position[position] for position in range(len(built))]
+        index_on_commit([_entry(job) for job in created], using)
+    return jobs
+
+
+def cancel(job: DelayedJob | int | None = None, *, key: str | None = None) -> int:
+    """Cancel the scheduled job given, or the one holding ``key``; return how many (0 or 1).
+
+    A running job is not interrupted (0 is returned); a finished one stays as it is.
+    """
+    jobs = _select(job, key)
+    using = router.db_for_write(DelayedJob)
+    with transaction.atomic(using=using):
+        cancelled = transitions.cancel(jobs)
+        unindex_on_commit(cancelled, using)
+    return len(cancelled)
+
+
+def reschedule(
+    job: DelayedJob | int | None = None,
+    *,
+    key: str | None = None,
+    run_at: datetime | None = None,
+    delay: timedelta | None = None,
+) -> DelayedJob:
+    """Move a scheduled job (given, or holding ``key``) to ``run_at``, after ``delay``, or now."""
+    when = resolve_run_at(run_at, delay, timezone.now())
+    using = router.db_for_write(DelayedJob)
+    with transaction.atomic(using=using):
+        target = _select(job, key).select_for_update().first()
+        if target is None or target.status != JobStatus.SCHEDULED:
+            what = f"job {_describe(job, key)}"
+            state = f" is {target.status}" if target is not None else " does not exist"
+            raise JobNotFound(f"Cannot reschedule {what}: it{state}; only a scheduled job moves.")
+        transitions.move(target, run_at=when)
+        index_on_commit([_entry(target)], using, moved=True)
+    return target
+
+
+def retry(job: DelayedJob | int) -> DelayedJob:
+    """Run a failed, cancelled or succeeded job again, now. Its attempt history is kept."""
+    using = router.db_for_write(DelayedJob)
+    with transaction.atomic(using=using):
+        target = _select(job, None).first()
+        if target is None:
+            raise JobNotFound(f"Job {_describe(job, None)} does not exist.")
+        transitions.retry(target)
+        index_on_commit([_entry(target)], using)
+    return target
+
+
+# Validation ---------------------------------------------------------------------------
+
+
+def build_spec(
+    job_type: Any,
+    payload: Any = None,
+    *,
+    run_at: Any = None,
+    delay: Any = None,
+    key: Any = None,
+    queue: Any = None,
+    max_attempts: Any = None,
+    replace: Any = False,
+) -> JobSpec:
+    """Check and normalise ``schedule`` arguments; raise ``InvalidJob`` with the reason."""
+    jobtype = registry.resolve(job_type)
+    if not isinstance(replace, bool):
+        raise InvalidJob(f"replace must be True or False, got {replace!r}.")
+    if replace and key is None:
+        raise InvalidJob("replace=True needs a key: it replaces the active job holding that key.")
+    return JobSpec(
+        job_type=jobtype.name,
+        payload=normalize_payload(payload),
+        run_at=resolve_run_at(run_at, delay, timezone.now()),
+        key=_check_key(key),
+        queue=_check_queue(jobtype.queue if queue is None else queue),
+        max_attempts=_check_max_attempts(
+            jobtype.max_attempts if max_attempts is None else max_attempts
+        ),
+        replace=replace,
+    )
+
+
+def normalize_payload(payload: Any) -> Any:
+    """The payload as it will be stored and read back: a JSON round trip."""
+    if payload is None:
+        return {}
+    try:
+        return json.loads(json.dumps(payload, allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise InvalidJob(
+            f"The payload must be JSON-serializable (dicts, lists, strings, finite numbers, "
+            f"booleans, None): {exc}. Store ids and ISO strings, not objects."
+        ) from None
+
+
+def resolve_run_at(run_at: Any, delay: Any, now: datetime) -> datetime:
+    if run_at is not None and delay is not None:
+        raise InvalidJob("Give run_at or delay, not both.")
+    if delay is not None:
+        if not isinstance(delay, timedelta):
+            raise InvalidJob(
+                f"delay must be a datetime.timedelta, got {type(delay).__name__} {delay!r}."
+            )
+        try:
+            return now + delay
+        except OverflowError:
+            raise InvalidJob(f"delay {delay!r} lands outside the supported dates.") from None
+    if run_at is None:
+        return now
+    if not isinstance(run_at, datetime):
+        raise InvalidJob(
+            f"run_at must be an aware datetime.datetime, got {type(run_at).__name__} {run_at!r}."
+        )
+    if timezone.is_naive(run_at):
+        raise InvalidJob(
+            f"run_at must be timezone-aware, got the naive datetime {run_at!r}. "
+            f"Use django.utils.timezone.now() + timedelta(...) or attach a tzinfo."
+        )
+    return run_at
+
+
+def _check_key(key: Any) -> str | None:
+    if key is None:
+        return None
+    if not isinstance(key, str):
+        raise InvalidJob(f"key must be a string, got {type(key).__name__} {key!r}.")
+    if not key or len(key) > KEY_MAX_LENGTH:
+        raise InvalidJob(f"key must be 1-{KEY_MAX_LENGTH} characters, got {len(key)}.")
+    return key
+
+
+def _check_queue(queue: Any) -> str:
+    if not isinstance(queue, str) or not QUEUE_PATTERN.match(queue):
+        raise InvalidJob(
+            f"queue must be 1-100 characters of letters, digits and '_.-', got {queue!r}."
+        )
+    return queue
+
+
+def _check_max_attempts(value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidJob(f"max_attempts must be a positive int, got {value!r}.")
+    return value
+
+
+def _build_indexed_spec(index: int, spec: Any) -> JobSpec:
+    if not isinstance(spec, Mapping):
+        raise InvalidJob(f"specs[{index}] must be a dict of schedule() arguments, got {spec!r}.")
+    unknown = set(spec) - SPEC_FIELDS
+    if unknown:
+        raise InvalidJob(f"specs[{index}] has unknown argument(s): {', '.join(sorted(unknown))}.")
+    if "job_type" not in spec:
+        raise InvalidJob(f"specs[{index}] has no job_type.")
+    try:
+        return build_spec(**spec)
+    except InvalidJob as exc:
+        exc.args = (f"specs[{index}]: {exc}",)
+        raise
+
+
+def _refuse_repeated_keys(specs: list[JobSpec]) -> None:
+    seen: set[str] = set()
+    for index, spec in enumerate(specs):
+        if spec.key is None:
+            continue
+        if spec.key in seen:
+            raise InvalidJob(f"specs[{index}]: key {spec.key!r} appears twice in this batch.")
+        seen.add(spec.key)
+
+
+# Keys -------------------------------------------------------------------------------
+
+
+def _schedule_keyed(spec: JobSpec, using: str) -> DelayedJob:
+    assert spec.key is not None
+    holder = _lock_active_holders([spec.key], using).get(spec.key)
+    if holder is not None:
+        return _replace(holder, spec, using)
+    job = spec.new_job()
+    try:
+        with transaction.atomic(using=using):
+            job.save(force_insert=True, using=using)
+    except IntegrityError:
+        _raise_if_key_taken([spec.key], using)
+        raise
+    index_on_commit([_entry(job)], using)
+    return job
+
+
+def _lock_active_holders(keys: list[str], using: str) -> dict[str, DelayedJob]:
+    if not keys:
+        return {}
+    holders = DelayedJob.objects.using(using).select_for_update().active().filter(key__in=keys)
+    return {job.key: job for job in holders if job.key}
+
+
+def _replace(holder: DelayedJob, spec: JobSpec, using: str) -> DelayedJob:
+    assert spec.key is not None
+    if not spec.replace:
+        raise DuplicateJob(spec.key, holder.pk)
+    if holder.status != JobStatus.SCHEDULED:
+        raise DuplicateJob(
+            spec.key,
+            holder.pk,
+            reason=f"it is {holder.status} and cannot be moved; schedule again once it ends",
+        )
+    previous = _entry(holder)
+    transitions.move(holder, **spec.replacement_fields())
+    if previous[1] != holder.queue:
+        unindex_on_commit([previous], using)
+    index_on_commit([_entry(holder)], using, moved=True)
+    return holder
+
+
+def _raise_if_key_taken(keys: list[str], using: str) -> None:
+    holders = DelayedJob.objects.using(using).active().filter(key__in=keys)
+    taken = holders.values_list("key", "pk").first()
+    if taken is not None:
+        raise DuplicateJob(taken[0], taken[1]) from None
+
+
+# Helpers ----------------------------------------------------------------------------
+
+
+def _select(job: DelayedJob | int | None, key: str | None) -> Any:
+    if (job is None) == (key is None):
+        raise InvalidJob("Give either a job (or its id) or key=..., not both and not neither.")
+    if key is not None:
+        return DelayedJob.objects.active().filter(key=_check_key(key))
+    pk = job.pk if isinstance(job, DelayedJob) else job
+    if isinstance(pk, bool) or not isinstance(pk, int):
+        raise InvalidJob(f"job must be a DelayedJob or its integer id, got {job!r}.")
+    return DelayedJob.objects.filter(pk=pk)
+
+
+def _describe(job: DelayedJob | int | None, key: str | None) -> str:
+    if key is not None:
+        return f"with key {key!r}"
+    return str(job.pk if isinstance(job, DelayedJob) else job)
+
+
+def _entry(job: DelayedJob) -> IndexEntry:
+    return (job.pk, job.queue, job.due_timestamp)

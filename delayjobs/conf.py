@@ -1,0 +1,80 @@
+"""The ``DELAYJOBS`` settings dict, read lazily on every access.
+
+Reading on access (not at import) keeps ``override_settings`` and pytest-django's
+``settings`` fixture working. Values are normalised here (seconds or timedelta become
+timedelta); validation with ids and hints lives in ``delayjobs.checks``.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings as django_settings
+
+DEFAULTS: dict[str, Any] = {
+    # Where the timing index lives: a Redis URL, or the alias of a django-redis cache
+    # whose connection pool is reused. At most one of the two.
+    "REDIS_URL": None,
+    "REDIS_CACHE_ALIAS": None,
+    # Prefix of every Redis key, so two projects can share one Redis.
+    "KEY_PREFIX": "delayjobs",
+    # How often the pre-loader runs, and how far ahead it loads. The window must be
+    # longer than the interval, or a job could come due between two passes unloaded.
+    "PRELOAD_INTERVAL": timedelta(seconds=10),
+    "PRELOAD_WINDOW": timedelta(seconds=60),
+    # Rows read per query while loading the window (keyset pagination).
+    "PRELOAD_BATCH_SIZE": 1000,
+    # Default number of jobs one consumer runs at once (its thread pool size).
+    "CONCURRENCY": 10,
+    # The longest a consumer sleeps without looking at Redis. Only a safety net: it is
+    # woken by a notification when a sooner job is added.
+    "IDLE_TIMEOUT": timedelta(seconds=5),
+    # Redis socket timeouts, so that a dead Redis cannot hang schedule() for long.
+    "REDIS_CONNECT_TIMEOUT": 1.0,
+    "REDIS_SOCKET_TIMEOUT": 5.0,
+}
+
+DURATION_SETTINGS = ("PRELOAD_INTERVAL", "PRELOAD_WINDOW", "IDLE_TIMEOUT")
+
+
+def raw_settings() -> dict[str, Any]:
+    """The user's ``DELAYJOBS`` dict as written (empty if unset)."""
+    value = getattr(django_settings, "DELAYJOBS", None)
+    return value if isinstance(value, dict) else {}
+
+
+def as_timedelta(value: Any) -> timedelta | None:
+    """Seconds (int or float) or a timedelta as a timedelta; None for anything else."""
+    if isinstance(value, timedelta):
+        return value
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        try:
+            return timedelta(seconds=value)
+        except (OverflowError, ValueError):
+            return None
+    return None
+
+
+class Settings:
+    """Attribute access to DELAYJOBS with defaults, e.g. ``conf.settings.PRELOAD_WINDOW``."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in DEFAULTS:
+            raise AttributeError(f"Unknown delayjobs setting {name!r}")
+        value = raw_settings().get(name, DEFAULTS[name])
+        if name in DURATION_SETTINGS:
+            # checks.py reports a bad value; fall back so that code never sees garbage.
+            return as_timedelta(value) or DEFAULTS[name]
+        return value
+
+    @property
+    def redis_target(self) -> tuple[str, str]:
+        """("cache", alias) or ("url", url): how to reach Redis."""
+        alias = self.REDIS_CACHE_ALIAS
+        if alias:
+            return ("cache", alias)
+        return ("url", self.REDIS_URL or "redis://127.0.0.1:6379/0")
+
+
+settings = Settings()

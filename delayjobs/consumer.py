@@ -1,0 +1,416 @@
+"""The consumer: pop due ids, claim their rows, run them in a bounded pool, record outcomes.
+
+Threads of one consumer process:
+- main: the loop below; it sleeps until the earliest due time it knows of;
+- listener: Redis pub/sub; wakes main when a sooner job is added (no poll interval);
+- workers (``concurrency`` of them): run ``JobType.execute``;
+- recorder: writes outcomes in batches;
+- heartbeat: renews the leases of running jobs;
+- pre-loader: a pass every PRELOAD_INTERVAL (one process at a time, by a Redis lock).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+import traceback
+import uuid
+from collections import defaultdict
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta
+from types import FrameType
+
+from django.db import DatabaseError, close_old_connections, connections
+from django.utils import timezone
+from redis import RedisError
+
+from delayjobs import preloader, transitions
+from delayjobs.conf import settings
+from delayjobs.exceptions import UnknownJobType
+from delayjobs.handoff import index_due_soon
+from delayjobs.jobtypes import JobType, registry
+from delayjobs.models import DelayedJob, JobStatus
+from delayjobs.recorder import Recorder
+from delayjobs.redis_store import RedisStore, describe_target, get_store
+from delayjobs.transitions import Outcome
+
+logger = logging.getLogger("delayjobs.consumer")
+
+#: Back-off after the database or Redis failed in the main loop.
+ERROR_BACKOFF = 1.0
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+class Consumer:
+    def __init__(
+        self,
+        *,
+        queues: Iterable[str] | None = None,
+        concurrency: int | None = None,
+        burst: bool = False,
+        preload: bool = True,
+        worker_id: str | None = None,
+        store: RedisStore | None = None,
+    ) -> None:
+        self.queues = sorted(set(queues or registry.queues() or ["default"]))
+        self.concurrency = concurrency or settings.CONCURRENCY
+        self.burst = burst
+        self.preload = preload
+        self.worker_id = worker_id or default_worker_id()
+        self.store = store or get_store()
+        self.processed = 0
+
+        self._cond = threading.Condition()
+        self._wake_seq = 0  # bumped by anything that should end the main loop's sleep
+        self._stopping = False
+        self._stop_event = threading.Event()  # the same, for the helper threads
+        self._in_flight: dict[int, DelayedJob] = {}
+        self._last_claim: datetime | None = None
+        self._failing: str | None = None  # what is down, logged once per change
+        self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="delayjobs-worker")
+        self._recorder = Recorder(on_retries=index_due_soon, on_idle=self.wake)
+        self._threads: list[threading.Thread] = []
+
+    # Lifecycle ------------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Run until stopped (or, with ``burst``, until nothing is due); return an exit code."""
+        logger.info(
+            "Consumer %s: queues %s, concurrency %d, Redis at %s%s.",
+            self.worker_id,
+            ", ".join(self.queues),
+            self.concurrency,
+            describe_target(),
+            ", burst" if self.burst else "",
+        )
+        self._recorder.start()
+        self._start_thread(self._listen, "delayjobs-listener")
+        self._start_thread(self._heartbeat, "delayjobs-heartbeat")
+        if self.preload:
+            if self.burst:
+                self._preload_once()
+            else:
+                self._start_thread(self._preload_forever, "delayjobs-preloader")
+        try:
+            self._loop()
+        finally:
+            self._shutdown()
+        return 0
+
+    def request_stop(self, signum: int | None = None, frame: FrameType | None = None) -> None:
+        """First call: claim nothing more and let running jobs finish. Second: leave now."""
+        name = signal.Signals(signum).name if signum else "stop request"
+        if self._stopping:
+            logger.warning("%s again: exiting now; running jobs return after their lease.", name)
+            os._exit(1)
+        logger.warning(
+            "%s: finishing %d running job(s), claiming no more (again to exit at once).",
+            name,
+            len(self._in_flight),
+        )
+        self._stopping = True
+        self._stop_event.set()
+        self.wake()
+
+    def wake(self) -> None:
+        with self._cond:
+            self._wake_seq += 1
+            self._cond.notify_all()
+
+    def _start_thread(self, target: object, name: str) -> None:
+        thread = threading.Thread(target=target, name=name, daemon=True)  # type: ignore[arg-type]
+        thread.start()
+        self._threads.append(thread)
+
+    def _shutdown(self) -> None:
+        self._stopping = True
+        self._stop_event.set()
+        self._pool.shutdown(wait=True)
+        self._recorder.stop()
+        for thread in self._threads:
+            thread.join(timeout=10)
+        connections.close_all()
+        logger.info("Consumer %s stopped after %d job(s).", self.worker_id, self.processed)
+
+    # Main loop ------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        while not self._stopping:
+            with self._cond:
+                seen = self._wake_seq
+            try:
+                free = self.concurrency - len(self._in_flight)
+                if free > 0 and self._claim_and_start(free):
+                    self._recovered()
+                    continue  # more may be due right now: look again before sleeping
+                timeout = self._time_to_next(free)
+                self._recovered()
+            except (DatabaseError, RedisError) as exc:
+                self._failed(exc)
+                close_old_connections()
+                timeout = ERROR_BACKOFF
+            if timeout is None:  # burst mode and nothing left to do
+                return
+            with self._cond:
+                if not self._stopping and self._wake_seq == seen:
+                    self._cond.wait(timeout)
+
+    def _claim_and_start(self, free: int) -> int:
+        popped: dict[int, tuple[str, float]] = {}
+        now = time.time()
+        for queue in self.queues:
+            for pk, score in self.store.pop_due(queue, now, free - len(popped)):
+                popped[pk] = (queue, score)
+            if len(popped) >= free:
+                break
+        if not popped:
+            return 0
+        close_old_connections()
+        try:
+            jobs = transitions.claim(
+                list(popped),
+                worker_id=self.worker_id,
+                now=self._claim_time(),
+                leases=self._leases(),
+                default_lease=JobType.time_to_run,
+            )
+        except DatabaseError:
+            # The ids left Redis but no row was claimed: put them back, or they would wait
+            # for the next pre-loader pass.
+            self.store.add((pk, queue, score) for pk, (queue, score) in popped.items())
+            raise
+        claimed = {job.pk for job in jobs}
+        if len(claimed) < len(popped):
+            self._reindex_unclaimed([pk for pk in popped if pk not in claimed])
+        with self._cond:
+            for job in jobs:
+                self._in_flight[job.pk] = job
+        for job in jobs:
+            self._pool.submit(self._execute, job)
+        return len(jobs)
+
+    def _reindex_unclaimed(self, ids: list[int]) -> None:
+        """Ids popped but not claimed: moved later, cancelled, or taken by another consumer.
+
+        Those still scheduled (moved later) go back to Redis at their real time.
+        """
+        rows = DelayedJob.objects.filter(pk__in=ids, status=JobStatus.SCHEDULED)
+        index_due_soon(
+            (pk, queue, run_at.timestamp())
+            for pk, queue, run_at in rows.values_list("pk", "queue", "run_at")
+        )
+
+    def _time_to_next(self, free: int) -> float | None:
+        """Seconds to sleep; None when a burst run is done."""
+        idle = settings.IDLE_TIMEOUT.total_seconds()
+        if free <= 0:
+            return idle  # a finishing job wakes us
+        due = self.store.next_due(self.queues)
+        now = time.time()
+        if self.burst and (due is None or due > now) and self._idle():
+            return None
+        if due is None:
+            return idle
+        return min(max(due - now, 0.0), idle)
+
+    def _idle(self) -> bool:
+        with self._cond:
+            return not self._in_flight and self._recorder.pending == 0
+
+    def _claim_time(self) -> datetime:
+        """Now, but strictly after the previous claim: the claim's token (see ``claim``)."""
+        now = timezone.now()
+        if self._last_claim is not None and now <= self._last_claim:
+            now = self._last_claim + timedelta(microseconds=1)
+        self._last_claim = now
+        return now
+
+    def _leases(self) -> dict[str, timedelta]:
+        return {
+            jobtype.name: jobtype.time_to_run
+            for jobtype in registry
+            if jobtype.time_to_run != JobType.time_to_run
+        }
+
+    # Workers --------------------------------------------------------------------------
+
+    def _execute(self, job: DelayedJob) -> None:
+        """Run one claimed job in a worker thread and hand its outcome to the recorder."""
+        error = tb = ""
+        retry_at = None
+        close_old_connections()
+        started = timezone.now()
+        try:
+            jobtype = registry.get(job.job_type)
+            jobtype.execute(job)
+        except BaseException as exc:  # a job's SystemExit must not end the consumer
+            error = f"{type(exc).__name__}: {exc}"
+            tb = traceback.format_exc()
+            retry_at = self._retry_at(job, exc)
+        finished = timezone.now()
+        self._recorder.put(
+            Outcome(
+                job=job,
+                worker_id=self.worker_id,
+                started_at=started,
+                finished_at=finished,
+                error=error,
+                traceback=tb,
+                retry_at=retry_at,
+            )
+        )
+        self._log_outcome(job, started, finished, error, retry_at)
+        with self._cond:
+            self._in_flight.pop(job.pk, None)
+            self.processed += 1
+            self._wake_seq += 1
+            self._cond.notify_all()
+
+    def _retry_at(self, job: DelayedJob, exc: BaseException) -> datetime | None:
+        if job.max_attempts is not None and job.attempts >= job.max_attempts:
+            return None
+        try:
+            jobtype = registry.get(job.job_type)
+        except UnknownJobType:
+            jobtype = _FALLBACK_JOB_TYPE
+        try:
+            delay = jobtype.retry_delay(job, exc)
+        except Exception:
+            logger.exception("%s.retry_delay() failed; using the default backoff", jobtype.name)
+            delay = JobType.retry_delay(jobtype, job, exc)
+        if delay is None:
+            return None
+        if not isinstance(delay, timedelta):
+            logger.error(
+                "%s.retry_delay() returned %r, not a timedelta or None; not retrying job %s.",
+                jobtype.name,
+                delay,
+                job.pk,
+            )
+            return None
+        return timezone.now() + max(delay, timedelta(0))
+
+    def _log_outcome(
+        self,
+        job: DelayedJob,
+        started: datetime,
+        finished: datetime,
+        error: str,
+        retry_at: datetime | None,
+    ) -> None:
+        lateness_ms = (started - job.run_at).total_seconds() * 1000
+        took_ms = (finished - started).total_seconds() * 1000
+        if not error:
+            if logger.isEnabledFor(logging.INFO):
+                logger.info(
+                    "Job %s %s attempt %d succeeded in %.1f ms, started %.1f ms after run_at "
+                    "[trace %s]",
+                    job.pk,
+                    job.job_type,
+                    job.attempts,
+                    took_ms,
+                    lateness_ms,
+                    job.trace_id,
+                )
+        elif retry_at is not None:
+            logger.warning(
+                "Job %s %s attempt %d failed (%s); retrying at %s [trace %s]",
+                job.pk,
+                job.job_type,
+                job.attempts,
+                error,
+                retry_at.isoformat(),
+                job.trace_id,
+            )
+        else:
+            logger.error(
+                "Job %s %s attempt %d failed (%s); no retries left, marked failed [trace %s]",
+                job.pk,
+                job.job_type,
+                job.attempts,
+                error,
+                job.trace_id,
+            )
+
+    # Helper threads -------------------------------------------------------------------
+
+    def _listen(self) -> None:
+        """Wake the main loop whenever a queue's earliest due time moves earlier."""
+        while not self._stop_event.is_set():
+            try:
+                pubsub = self.store.subscribe_wake(self.queues)
+            except RedisError:
+                self._stop_event.wait(ERROR_BACKOFF)
+                continue
+            try:
+                self.wake()  # anything published while we were not subscribed is missed
+                while not self._stop_event.is_set():
+                    if pubsub.get_message(timeout=0.5) is not None:
+                        self.wake()
+            except RedisError:
+                self._stop_event.wait(ERROR_BACKOFF)
+            finally:
+                pubsub.close()
+
+    def _heartbeat(self) -> None:
+        """Renew the leases of running jobs well before they expire."""
+        while not self._stop_event.wait(self._heartbeat_interval()):
+            with self._cond:
+                running = list(self._in_flight.values())
+            if not running:
+                continue
+            by_lease: dict[timedelta, list[int]] = defaultdict(list)
+            for job in running:
+                by_lease[_time_to_run(job)].append(job.pk)
+            close_old_connections()
+            try:
+                transitions.renew_leases(by_lease, worker_id=self.worker_id)
+            except DatabaseError as exc:
+                logger.warning("Could not renew leases (%s); retrying.", exc)
+        connections.close_all()
+
+    def _heartbeat_interval(self) -> float:
+        shortest = min((jt.time_to_run for jt in registry), default=JobType.time_to_run)
+        return min(max(shortest.total_seconds() / 3, 0.5), 30.0)
+
+    def _preload_forever(self) -> None:
+        preloader.run_forever(self._stop_event)
+        connections.close_all()
+
+    def _preload_once(self) -> None:
+        try:
+            result = preloader.preload(store=self.store)
+            logger.info("Pre-loader pass: %s", result)
+        except (DatabaseError, RedisError) as exc:
+            logger.error("Pre-loader pass failed: %s", exc)
+
+    # Error reporting ------------------------------------------------------------------
+
+    def _failed(self, exc: BaseException) -> None:
+        what = "database" if isinstance(exc, DatabaseError) else "Redis"
+        if self._failing != what:
+            logger.error("Consumer %s: %s unavailable (%s); retrying.", self.worker_id, what, exc)
+            self._failing = what
+
+    def _recovered(self) -> None:
+        if self._failing is not None:
+            logger.warning("Consumer %s: %s is back.", self.worker_id, self._failing)
+            self._failing = None
+
+
+_FALLBACK_JOB_TYPE = JobType()
+
+
+def _time_to_run(job: DelayedJob) -> timedelta:
+    try:
+        return registry.get(job.job_type).time_to_run
+    except UnknownJobType:
+        return JobType.time_to_run

@@ -1,0 +1,45 @@
+"""Exceptions raised by delayjobs' public API.
+
+Names follow Django's style (``ObjectDoesNotExist``, ``InvalidTask``): no ``Error`` suffix.
+"""
+
+from __future__ import annotations
+
+
+class DelayJobsError(Exception):
+    """Base class of every delayjobs exception. Not raised directly."""
+
+
+class InvalidJob(DelayJobsError, ValueError):
+    """The arguments describe no valid job; nothing was written."""
+
+
+class UnknownJobType(InvalidJob, LookupError):
+    """No job type is registered under this name."""
+
+    def __init__(self, name: object, known: list[str] | None = None) -> None:
+        self.name = name
+        hint = f" Registered job types: {', '.join(sorted(known))}." if known else ""
+        super().__init__(
+            f"Unknown job type {name!r}.{hint} Register it with @delayjobs.register in a "
+            f"'delay_jobs' module of an installed app."
+        )
+
+
+class DuplicateJob(DelayJobsError):
+    """An active (scheduled or running) job already holds this business key."""
+
+    def __init__(self, key: str, existing_id: int | None = None, reason: str = "") -> None:
+        self.key = key
+        self.existing_id = existing_id
+        held = f" (job {existing_id})" if existing_id is not None else ""
+        advice = reason or "pass replace=True to move it, or cancel it first"
+        super().__init__(f"An active job already holds key {key!r}{held}: {advice}.")
+
+
+class JobNotFound(DelayJobsError, LookupError):
+    """No job matches the given job or key in a state the operation applies to."""
+
+
+class InvalidTransition(DelayJobsError):
+    """The job's current status does not allow this operation."""

@@ -1,0 +1,174 @@
+"""Job types: the strategy classes that say what a job does, and the registry of them.
+
+A job names its job type; the consumer looks the type up here by that name and nowhere
+else. Nothing is ever imported from a path stored in a row (DESIGN invariant 8).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+
+from django.core.exceptions import ImproperlyConfigured
+
+from delayjobs.exceptions import UnknownJobType
+
+if TYPE_CHECKING:
+    from delayjobs.models import DelayedJob
+
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.:-]{1,200}$")
+QUEUE_PATTERN = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
+
+
+class JobType:
+    """Base class of a job type. Subclass it, set ``name``, implement ``execute``.
+
+    One instance serves every job of the type, from several threads at once: keep
+    per-job state in locals, not on ``self``.
+    """
+
+    #: Unique, stable name stored in each job row. Renaming it orphans scheduled jobs.
+    name: ClassVar[str] = ""
+    #: Queue the jobs go to unless ``schedule(queue=...)`` says otherwise.
+    queue: ClassVar[str] = "default"
+    #: Executions before the job is marked failed; ``None`` retries forever.
+    max_attempts: ClassVar[int | None] = 5
+    #: The lease: how long one execution may hold the job before another consumer may
+    #: take it over. Consumers renew it while the job runs, so it bounds recovery time
+    #: after a crash, not the job's duration.
+    time_to_run: ClassVar[timedelta] = timedelta(minutes=5)
+    #: Backoff of the default ``retry_delay``: ``base * 2 ** (attempt - 1)``, capped,
+    #: with full jitter.
+    retry_backoff_base: ClassVar[timedelta] = timedelta(seconds=2)
+    retry_backoff_cap: ClassVar[timedelta] = timedelta(hours=1)
+
+    def execute(self, job: DelayedJob) -> None:
+        """Do the work. Raise to fail this attempt. ``job.attempts`` is this attempt's number."""
+        raise NotImplementedError(f"{type(self).__name__} must implement execute(job)")
+
+    def retry_delay(self, job: DelayedJob, exc: BaseException) -> timedelta | None:
+        """How long to wait before the next attempt after ``exc``; ``None`` means do not retry."""
+        exponent = min(max(job.attempts - 1, 0), 32)  # bounded so the float never overflows
+        ceiling = min(
+            self.retry_backoff_base.total_seconds() * 2**exponent,
+            self.retry_backoff_cap.total_seconds(),
+        )
+        # Full jitter spreads a burst of failures so the retries do not land together.
+        return timedelta(seconds=random.uniform(ceiling / 2, ceiling))
+
+    def plan(self, start: datetime, end: datetime) -> Iterable[Mapping[str, Any]]:
+        """Yield jobs derived from business data that are due in ``[start, end)``.
+
+        Each item is a dict of ``delayjobs.schedule`` keyword arguments (``payload``,
+        ``run_at``, ``key`` ...); ``key`` is required so that planning twice adds nothing.
+        The pre-loader calls this on every pass, before it loads the window.
+        """
+        return ()
+
+    def __repr__(self) -> str:
+        return f"<JobType {self.name!r} queue={self.queue!r}>"
+
+
+JobTypeClass = TypeVar("JobTypeClass", bound=type[JobType])
+
+
+class Registry:
+    """Job types by name. Filled by ``@register`` while installed apps' modules import."""
+
+    def __init__(self) -> None:
+        self._types: dict[str, JobType] = {}
+
+    def add(self, cls: type[JobType]) -> None:
+        validate_job_type_class(cls)
+        existing = self._types.get(cls.name)
+        if existing is not None and _qualified_name(type(existing)) != _qualified_name(cls):
+            raise ImproperlyConfigured(
+                f"Job type name {cls.name!r} is registered twice: by "
+                f"{_qualified_name(type(existing))} and by {_qualified_name(cls)}."
+            )
+        # The same class registered again (a module imported twice, autoreload) replaces
+        # the old instance rather than failing.
+        self._types[cls.name] = cls()
+
+    def remove(self, name: str) -> None:
+        self._types.pop(name, None)
+
+    def get(self, name: str) -> JobType:
+        try:
+            return self._types[name]
+        except (KeyError, TypeError):
+            raise UnknownJobType(name, list(self._types)) from None
+
+    def resolve(self, job_type: str | type[JobType] | JobType) -> JobType:
+        """Accept a name, a registered class or its instance; return the registered instance."""
+        if isinstance(job_type, JobType):
+            job_type = type(job_type)
+        if isinstance(job_type, type) and issubclass(job_type, JobType):
+            instance = self._types.get(job_type.name)
+            if instance is None or type(instance) is not job_type:
+                raise UnknownJobType(job_type.name, list(self._types))
+            return instance
+        if not isinstance(job_type, str):
+            raise UnknownJobType(job_type, list(self._types))
+        return self.get(job_type)
+
+    def names(self) -> list[str]:
+        return sorted(self._types)
+
+    def queues(self) -> list[str]:
+        return sorted({jt.queue for jt in self._types.values()})
+
+    def __iter__(self) -> Iterator[JobType]:
+        return iter(list(self._types.values()))
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._types
+
+
+registry = Registry()
+
+
+def register(cls: JobTypeClass) -> JobTypeClass:
+    """Class decorator: make a ``JobType`` subclass available to ``schedule`` and consumers."""
+    registry.add(cls)
+    return cls
+
+
+def validate_job_type_class(cls: object) -> None:
+    """Refuse a job type whose declaration cannot work, at import time, with the reason."""
+    if not (isinstance(cls, type) and issubclass(cls, JobType)):
+        raise ImproperlyConfigured(f"@delayjobs.register expects a JobType subclass, got {cls!r}.")
+    label = _qualified_name(cls)
+    if not isinstance(cls.name, str) or not NAME_PATTERN.match(cls.name):
+        raise ImproperlyConfigured(
+            f"{label}.name must be 1-200 characters of letters, digits and '_.:-'; "
+            f"got {cls.name!r}."
+        )
+    if not isinstance(cls.queue, str) or not QUEUE_PATTERN.match(cls.queue):
+        raise ImproperlyConfigured(
+            f"{label}.queue must be 1-100 characters of letters, digits and '_.-'; "
+            f"got {cls.queue!r}."
+        )
+    if cls.execute is JobType.execute:
+        raise ImproperlyConfigured(f"{label} must implement execute(self, job).")
+    max_attempts = cls.max_attempts
+    if max_attempts is not None and (
+        isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1
+    ):
+        raise ImproperlyConfigured(
+            f"{label}.max_attempts must be a positive int or None (retry forever); "
+            f"got {max_attempts!r}."
+        )
+    for attr in ("time_to_run", "retry_backoff_base", "retry_backoff_cap"):
+        value = getattr(cls, attr)
+        if not isinstance(value, timedelta) or value <= timedelta(0):
+            raise ImproperlyConfigured(
+                f"{label}.{attr} must be a positive timedelta; got {value!r}."
+            )
+
+
+def _qualified_name(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"

@@ -1,0 +1,162 @@
+"""The job row (the truth about a job) and its attempt history.
+
+State changes are not made here: ``delayjobs.transitions`` owns every one of them.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+
+
+class JobStatus(models.TextChoices):
+    SCHEDULED = "scheduled", _("scheduled")
+    RUNNING = "running", _("running")
+    SUCCEEDED = "succeeded", _("succeeded")
+    FAILED = "failed", _("failed")
+    CANCELLED = "cancelled", _("cancelled")
+
+
+#: A job in one of these holds its key: at most one such job per key.
+ACTIVE_STATUSES = (JobStatus.SCHEDULED, JobStatus.RUNNING)
+#: Statuses from which ``retry()`` runs a job again.
+RETRYABLE_STATUSES = (JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.SUCCEEDED)
+
+
+def new_trace_id() -> str:
+    return uuid.uuid4().hex
+
+
+class DelayedJobQuerySet(models.QuerySet["DelayedJob"]):
+    def scheduled(self) -> DelayedJobQuerySet:
+        return self.filter(status=JobStatus.SCHEDULED)
+
+    def active(self) -> DelayedJobQuerySet:
+        return self.filter(status__in=ACTIVE_STATUSES)
+
+    def due_before(self, moment: datetime) -> DelayedJobQuerySet:
+        """Scheduled jobs due before ``moment``: what the pre-loader loads (partial index)."""
+        return self.scheduled().filter(run_at__lt=moment)
+
+    def lease_expired(self, now: datetime) -> DelayedJobQuerySet:
+        return self.filter(status=JobStatus.RUNNING, lease_expires_at__lt=now)
+
+
+class DelayedJob(models.Model):
+    job_type = models.CharField(_("job type"), max_length=200, db_index=True)
+    queue = models.CharField(_("queue"), max_length=100, default="default", db_index=True)
+    payload = models.JSONField(_("payload"), default=dict, blank=True)
+    run_at = models.DateTimeField(_("run at"), help_text=_("When the job is due."))
+    status = models.CharField(
+        _("status"), max_length=16, choices=JobStatus.choices, default=JobStatus.SCHEDULED
+    )
+    attempts = models.PositiveIntegerField(
+        _("attempts"), default=0, help_text=_("Executions started, counting the current one.")
+    )
+    max_attempts = models.PositiveIntegerField(
+        _("max attempts"), null=True, blank=True, help_text=_("Empty means retry forever.")
+    )
+    # NULL rather than "" for "no key": keyless jobs then never meet in the unique
+    # constraint below, on every database.
+    key = models.CharField(  # noqa: DJ001
+        _("key"),
+        max_length=255,
+        null=True,
+        blank=True,
+        help_text=_("Business key: at most one scheduled or running job holds it."),
+    )
+    lease_expires_at = models.DateTimeField(_("lease expires at"), null=True, blank=True)
+    worker_id = models.CharField(_("worker"), max_length=255, blank=True, default="")
+    last_error = models.TextField(_("last error"), blank=True, default="")
+    created_at = models.DateTimeField(_("created at"), default=timezone.now)
+    started_at = models.DateTimeField(_("started at"), null=True, blank=True)
+    finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
+    trace_id = models.CharField(_("trace id"), max_length=64, default=new_trace_id)
+
+    objects = DelayedJobQuerySet.as_manager()
+
+    class Meta:
+        verbose_name = _("delayed job")
+        verbose_name_plural = _("delayed jobs")
+        ordering = ["-run_at", "-id"]
+        permissions = [("retry_delayedjob", _("Can retry delayed jobs"))]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["key"],
+                condition=Q(status__in=["scheduled", "running"]),
+                name="delayjobs_one_active_job_per_key",
+                violation_error_message=_("An active job already holds this key."),
+            ),
+            models.CheckConstraint(
+                condition=Q(max_attempts__isnull=True) | Q(max_attempts__gte=1),
+                name="delayjobs_max_attempts_positive",
+            ),
+        ]
+        indexes = [
+            # The pre-loader's query: scheduled rows in (run_at, id) order. Partial, so its
+            # cost follows the window, not the table.
+            models.Index(
+                fields=["run_at", "id"],
+                condition=Q(status="scheduled"),
+                name="delayjobs_scheduled_due",
+            ),
+            # The lease reaper's query.
+            models.Index(
+                fields=["lease_expires_at"],
+                condition=Q(status="running"),
+                name="delayjobs_running_lease",
+            ),
+            models.Index(fields=["key"], name="delayjobs_key"),
+            models.Index(fields=["status", "-finished_at"], name="delayjobs_status_finished"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.job_type} #{self.pk} ({self.status})"
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in ACTIVE_STATUSES
+
+    @property
+    def due_timestamp(self) -> float:
+        """``run_at`` as the Redis score (seconds since the epoch)."""
+        return self.run_at.timestamp()
+
+
+class AttemptOutcome(models.TextChoices):
+    SUCCEEDED = "succeeded", _("succeeded")
+    RETRYING = "retrying", _("failed, will retry")
+    FAILED = "failed", _("failed")
+    LEASE_EXPIRED = "lease_expired", _("lease expired")
+
+
+class JobAttempt(models.Model):
+    """One execution of a job: written when it ends, or by the reaper when its lease expired."""
+
+    job = models.ForeignKey(
+        DelayedJob, on_delete=models.CASCADE, related_name="history", verbose_name=_("job")
+    )
+    number = models.PositiveIntegerField(_("attempt"))
+    worker_id = models.CharField(_("worker"), max_length=255, blank=True, default="")
+    started_at = models.DateTimeField(_("started at"))
+    finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
+    outcome = models.CharField(_("outcome"), max_length=16, choices=AttemptOutcome.choices)
+    error = models.TextField(_("error"), blank=True, default="")
+    traceback = models.TextField(_("traceback"), blank=True, default="")
+    lateness = models.DurationField(
+        _("lateness"), help_text=_("Start of this attempt minus the job's run_at.")
+    )
+
+    class Meta:
+        verbose_name = _("job attempt")
+        verbose_name_plural = _("job attempts")
+        ordering = ["-started_at", "-id"]
+        indexes = [models.Index(fields=["job", "-started_at"], name="delayjobs_attempt_job")]
+
+    def __str__(self) -> str:
+        return f"attempt {self.number} of job {self.job_id}: {self.outcome}"

@@ -1,0 +1,140 @@
+"""The pre-loader: one idempotent pass that makes Redis reflect the coming window.
+
+A pass (1) returns running jobs whose lease expired to ``scheduled``, (2) lets job types
+plan jobs from business data, and (3) adds every scheduled job due before now + window
+to its queue's sorted set, reading the partial index in keyset-paginated batches.
+Running it twice, or from two processes, changes nothing more: a Redis lock keeps it to
+one process at a time anyway, and ZADD of an id already there only refreshes its score.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from django.db import close_old_connections
+from django.utils import timezone
+
+from delayjobs.api import schedule
+from delayjobs.conf import settings
+from delayjobs.exceptions import DuplicateJob, InvalidJob
+from delayjobs.jobtypes import JobType, registry
+from delayjobs.models import DelayedJob
+from delayjobs.redis_store import RedisStore, get_store
+from delayjobs.transitions import reap_expired_leases
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class PassResult:
+    ran: bool = True
+    reaped: int = 0
+    planned: int = 0
+    loaded: int = 0
+    errors: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def __str__(self) -> str:
+        if not self.ran:
+            return "skipped: another process holds the pre-loader lock"
+        return (
+            f"reaped {self.reaped} expired lease(s), planned {self.planned} job(s), "
+            f"loaded {self.loaded} job(s) in {self.seconds * 1000:.1f} ms"
+        )
+
+
+def preload(*, store: RedisStore | None = None, now: datetime | None = None) -> PassResult:
+    """Run one pre-loader pass if no other process is running one."""
+    store = store or get_store()
+    # The lock outlives a normal pass but expires if this process dies mid-pass.
+    lock_ttl = max(settings.PRELOAD_INTERVAL.total_seconds() * 2, 30.0)
+    with store.preload_lock(lock_ttl) as acquired:
+        if not acquired:
+            return PassResult(ran=False)
+        return _pass(store, now or timezone.now())
+
+
+def _pass(store: RedisStore, now: datetime) -> PassResult:
+    started = time.perf_counter()
+    result = PassResult()
+    horizon = now + settings.PRELOAD_WINDOW
+    rescheduled = reap_expired_leases(now)
+    result.reaped = len(rescheduled)
+    for jobtype in registry:
+        result.planned += _plan(jobtype, now, horizon, result.errors)
+    result.loaded = load_window(store, horizon)
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def _plan(jobtype: JobType, start: datetime, end: datetime, errors: list[str]) -> int:
+    """Schedule what ``jobtype.plan`` yields; existing keys are left as they are."""
+    if type(jobtype).plan is JobType.plan:
+        return 0
+    planned = 0
+    try:
+        for item in jobtype.plan(start, end):
+            spec = dict(item)
+            if not spec.get("key"):
+                raise InvalidJob(
+                    f"{jobtype.name}.plan() yielded a job without a key: {spec!r}. Keys make "
+                    f"planning idempotent, so they are required."
+                )
+            try:
+                schedule(jobtype.name, **spec)
+            except DuplicateJob:
+                continue
+            planned += 1
+    except Exception as exc:  # a broken plan() must not stop the window from loading
+        logger.exception("Job type %s: plan() failed", jobtype.name)
+        errors.append(f"{jobtype.name}.plan(): {type(exc).__name__}: {exc}")
+    return planned
+
+
+def load_window(store: RedisStore, horizon: datetime) -> int:
+    """Add every scheduled job due before ``horizon`` to Redis, batch by batch."""
+    batch_size = settings.PRELOAD_BATCH_SIZE
+    rows = DelayedJob.objects.due_before(horizon).order_by("run_at", "id")
+    loaded = 0
+    after: tuple[datetime, int] | None = None
+    while True:
+        page = rows
+        if after is not None:
+            # Keyset pagination: constant cost per page, unlike OFFSET.
+            page = page.filter(run_at__gte=after[0]).exclude(run_at=after[0], id__lte=after[1])
+        batch = list(page.values_list("id", "queue", "run_at")[:batch_size])
+        if not batch:
+            return loaded
+        store.add((pk, queue, run_at.timestamp()) for pk, queue, run_at in batch)
+        loaded += len(batch)
+        last_pk, _queue, last_run_at = batch[-1]
+        after = (last_run_at, last_pk)
+        if len(batch) < batch_size:
+            return loaded
+
+
+def run_forever(
+    stop: threading.Event, on_error: Callable[[BaseException], None] | None = None
+) -> None:
+    """Run a pass every PRELOAD_INTERVAL until ``stop`` is set; errors are logged, not fatal."""
+    while not stop.is_set():
+        started = time.monotonic()
+        close_old_connections()
+        try:
+            result = preload()
+            # Routine passes are debug noise; recovering leases or planning jobs is news.
+            notable = result.reaped or result.planned or result.errors
+            logger.log(logging.INFO if notable else logging.DEBUG, "Pre-loader pass: %s", result)
+        except Exception as exc:
+            logger.exception("Pre-loader pass failed; trying again next interval")
+            if on_error is not None:
+                on_error(exc)
+        finally:
+            close_old_connections()
+        elapsed = time.monotonic() - started
+        stop.wait(max(0.0, settings.PRELOAD_INTERVAL.total_seconds() - elapsed))

@@ -1,0 +1,115 @@
+"""Writes finished executions to the database in batches, off the consumer's hot path.
+
+Worker threads hand each ``Outcome`` over and return their slot at once; this thread
+writes whatever has accumulated in one transaction. If the database is unreachable it
+keeps the outcomes and tries again: an outcome never recorded only means the job's lease
+expires and it runs again, which at-least-once delivery allows, but we try hard first.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+
+from django.db import DatabaseError, close_old_connections, connections
+
+from delayjobs.redis_store import IndexEntry
+from delayjobs.transitions import Outcome, record_outcomes
+
+logger = logging.getLogger(__name__)
+
+_STOP = object()
+
+
+class Recorder:
+    def __init__(
+        self,
+        *,
+        on_retries: Callable[[list[IndexEntry]], None],
+        on_idle: Callable[[], None],
+        max_batch: int = 500,
+    ) -> None:
+        self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self._on_retries = on_retries
+        self._on_idle = on_idle
+        self._max_batch = max_batch
+        self._pending = 0
+        self._stop_deadline = float("inf")
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="delayjobs-recorder", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    @property
+    def pending(self) -> int:
+        """Outcomes handed over but not yet written."""
+        with self._lock:
+            return self._pending
+
+    def put(self, outcome: Outcome) -> None:
+        with self._lock:
+            self._pending += 1
+        self._queue.put(outcome)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Write what is left (trying for up to ``timeout`` seconds), then end the thread."""
+        self._stop_deadline = time.monotonic() + timeout
+        self._queue.put(_STOP)
+        self._thread.join()
+
+    def _run(self) -> None:
+        stopping = False
+        try:
+            while not stopping:
+                batch: list[Outcome] = []
+                item = self._queue.get()
+                while True:
+                    if item is _STOP:
+                        stopping = True
+                    else:
+                        batch.append(item)  # type: ignore[arg-type]
+                    if len(batch) >= self._max_batch:
+                        break
+                    try:
+                        item = self._queue.get_nowait()
+                    except queue.Empty:
+                        break
+                if batch:
+                    self._write(batch, stopping)
+        finally:
+            connections.close_all()
+
+    def _write(self, batch: list[Outcome], stopping: bool) -> None:
+        delay = 0.1
+        while True:
+            close_old_connections()
+            try:
+                retries = record_outcomes(batch)
+                break
+            except DatabaseError as exc:
+                if stopping and time.monotonic() > self._stop_deadline:
+                    logger.error(
+                        "Giving up recording %d outcome(s) at shutdown (%s); those jobs run "
+                        "again once their lease expires.",
+                        len(batch),
+                        exc,
+                    )
+                    retries = []
+                    break
+                logger.warning(
+                    "Could not record %d outcome(s) (%s); retrying in %.1f s.",
+                    len(batch),
+                    exc,
+                    delay,
+                )
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
+        if retries:
+            self._on_retries(retries)
+        with self._lock:
+            self._pending -= len(batch)
+        self._on_idle()

@@ -1,0 +1,231 @@
+"""The Redis timing index. The only module that knows key names and Lua scripts.
+
+Per queue, one sorted set (member: job id, score: ``run_at`` as epoch seconds) and one
+pub/sub channel that announces "the earliest due time of this queue just moved earlier".
+Both keys carry the queue as a Redis Cluster hash tag, so each script touches one slot.
+Redis only ever holds ids and times: everything else stays in the database row.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import threading
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import redis
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+
+from delayjobs.conf import settings
+
+logger = logging.getLogger(__name__)
+
+# Add (or move) members; publish on the wake channel if the earliest score moved earlier,
+# so sleeping consumers re-plan their sleep. ARGV: score1, id1, score2, id2, ...
+ADD_LUA = """
+local before = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+redis.call('ZADD', KEYS[1], unpack(ARGV))
+local after = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+if before[2] == nil or tonumber(after[2]) < tonumber(before[2]) then
+  redis.call('PUBLISH', KEYS[2], after[2])
+end
+return #ARGV / 2
+"""
+
+# Atomically remove and return at most ARGV[2] (id, score) pairs due at or before ARGV[1],
+# earliest first, as a flat list.
+POP_DUE_LUA = """
+local found = redis.call(
+  'ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[2]))
+local ids = {}
+for i = 1, #found, 2 do ids[#ids + 1] = found[i] end
+if #ids > 0 then redis.call('ZREM', KEYS[1], unpack(ids)) end
+return found
+"""
+
+# Delete a lock only if we still hold it (its value is our token).
+RELEASE_LOCK_LUA = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+#: An entry of the index: (job id, queue, due time as epoch seconds).
+IndexEntry = tuple[int, str, float]
+
+#: Entries per script call: Lua's unpack() fails past a few thousand values.
+SCRIPT_CHUNK = 1000
+
+_client_lock = threading.Lock()
+_client: redis.Redis | None = None
+_store: RedisStore | None = None
+
+
+def get_client() -> redis.Redis:
+    """The shared Redis client (thread-safe; connection-pooled)."""
+    global _client
+    if _client is None:
+        with _client_lock:
+            if _client is None:
+                _client = _connect()
+    return _client
+
+
+def _connect() -> redis.Redis:
+    kind, target = settings.redis_target
+    if kind == "cache":
+        from django_redis import get_redis_connection
+
+        return get_redis_connection(target)
+    return redis.Redis.from_url(
+        target,
+        socket_connect_timeout=settings.REDIS_CONNECT_TIMEOUT,
+        socket_timeout=settings.REDIS_SOCKET_TIMEOUT,
+        health_check_interval=30,
+    )
+
+
+def get_store() -> RedisStore:
+    """The shared ``RedisStore`` over ``get_client()``."""
+    global _store
+    client = get_client()
+    store = _store
+    if store is None or store.client is not client:
+        store = _store = RedisStore(client)
+    return store
+
+
+def reset_client() -> None:
+    """Forget the client, so the next use reads the settings again."""
+    global _client, _store
+    with _client_lock:
+        if _client is not None and settings.redis_target[0] == "url":
+            _client.close()
+        _client = None
+        _store = None
+
+
+@receiver(setting_changed)
+def _on_setting_changed(*, setting: str, **kwargs: Any) -> None:
+    if setting in ("DELAYJOBS", "CACHES"):
+        reset_client()
+
+
+def describe_target() -> str:
+    """Where Redis is, for logs and errors, with any password masked."""
+    kind, target = settings.redis_target
+    if kind == "cache":
+        return f"django-redis cache {target!r}"
+    return mask_url(target)
+
+
+def mask_url(url: str) -> str:
+    scheme, sep, rest = url.partition("://")
+    if not sep or "@" not in rest:
+        return url
+    credentials, _, host = rest.rpartition("@")
+    user = credentials.split(":", 1)[0]
+    return f"{scheme}://{user + ':' if user else ':'}***@{host}"
+
+
+def _prefix() -> str:
+    return settings.KEY_PREFIX
+
+
+def due_key(queue: str) -> str:
+    return f"{_prefix()}:{{{queue}}}:due"
+
+
+def wake_channel(queue: str) -> str:
+    return f"{_prefix()}:{{{queue}}}:wake"
+
+
+def preload_lock_key() -> str:
+    return f"{_prefix()}:preload-lock"
+
+
+def _decode(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+class RedisStore:
+    """Operations on the timing index. Cheap to create; holds no state of its own."""
+
+    def __init__(self, client: redis.Redis | None = None) -> None:
+        self.client = client or get_client()
+        self._add = self.client.register_script(ADD_LUA)
+        self._pop_due = self.client.register_script(POP_DUE_LUA)
+        self._release = self.client.register_script(RELEASE_LOCK_LUA)
+
+    def add(self, entries: Iterable[IndexEntry]) -> int:
+        """Add entries, or move them to their new time; one round trip for all queues."""
+        argv_by_queue: dict[str, list[str]] = defaultdict(list)
+        for job_id, queue, score in entries:
+            argv_by_queue[queue] += [repr(float(score)), str(job_id)]
+        if not argv_by_queue:
+            return 0
+        pipe = self.client.pipeline(transaction=False)
+        for queue, argv in argv_by_queue.items():
+            keys = [due_key(queue), wake_channel(queue)]
+            for start in range(0, len(argv), 2 * SCRIPT_CHUNK):
+                self._add(keys=keys, args=argv[start : start + 2 * SCRIPT_CHUNK], client=pipe)
+        return sum(int(n) for n in pipe.execute())
+
+    def remove(self, entries: Iterable[IndexEntry]) -> None:
+        """Drop entries (a cancelled job need not wait to be popped and skipped)."""
+        members_by_queue: dict[str, list[str]] = defaultdict(list)
+        for job_id, queue, _score in entries:
+            members_by_queue[queue].append(str(job_id))
+        if not members_by_queue:
+            return
+        pipe = self.client.pipeline(transaction=False)
+        for queue, members in members_by_queue.items():
+            pipe.zrem(due_key(queue), *members)
+        pipe.execute()
+
+    def pop_due(self, queue: str, now: float, limit: int) -> list[tuple[int, float]]:
+        """Atomically take at most ``limit`` (id, score) pairs due by ``now`` off ``queue``."""
+        if limit <= 0:
+            return []
+        limit = min(limit, SCRIPT_CHUNK)
+        raw = self._pop_due(keys=[due_key(queue)], args=[repr(now), limit]) or []
+        return [(int(_decode(raw[i])), float(raw[i + 1])) for i in range(0, len(raw), 2)]
+
+    def next_due(self, queues: Iterable[str]) -> float | None:
+        """The earliest score over ``queues``, or None if all are empty."""
+        pipe = self.client.pipeline(transaction=False)
+        for queue in queues:
+            pipe.zrange(due_key(queue), 0, 0, withscores=True)
+        scores = [entry[0][1] for entry in pipe.execute() if entry]
+        return min(scores) if scores else None
+
+    def size(self, queue: str) -> int:
+        return int(self.client.zcard(due_key(queue)))
+
+    def members(self, queue: str) -> dict[int, float]:
+        """Every id and score of a queue (for tests and diagnostics; O(n))."""
+        return {
+            int(_decode(member)): score
+            for member, score in self.client.zrange(due_key(queue), 0, -1, withscores=True)
+        }
+
+    @contextmanager
+    def preload_lock(self, ttl_seconds: float) -> Iterator[bool]:
+        """Hold the pre-loader lock if free; yields whether we got it. Expires by itself."""
+        token = secrets.token_hex(16)
+        acquired = bool(
+            self.client.set(preload_lock_key(), token, nx=True, px=max(1, int(ttl_seconds * 1000)))
+        )
+        try:
+            yield acquired
+        finally:
+            if acquired:
+                self._release(keys=[preload_lock_key()], args=[token])
+
+    def subscribe_wake(self, queues: Iterable[str]) -> redis.client.PubSub:
+        pubsub = self.client.pubsub(ignore_subscribe_messages=True)
+        pubsub.subscribe(*[wake_channel(queue) for queue in queues])
+        return pubsub

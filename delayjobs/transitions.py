@@ -1,0 +1,300 @@
+"""Every change of a job's status, and nothing else.
+
+Each transition is a conditional ``UPDATE ... WHERE status = <expected>`` whose row count
+says whether it happened, so two processes racing for the same job cannot both win
+(DESIGN invariant 3). Transitions out of ``running`` are also fenced on the attempt
+number and worker, so a consumer whose lease expired cannot overwrite the outcome of the
+attempt that replaced it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from django.db import IntegrityError, transaction
+from django.db.models import Case, DateTimeField, F, QuerySet, Value, When
+from django.utils import timezone
+
+from delayjobs.exceptions import DuplicateJob, InvalidTransition
+from delayjobs.models import (
+    RETRYABLE_STATUSES,
+    AttemptOutcome,
+    DelayedJob,
+    JobAttempt,
+    JobStatus,
+)
+
+if TYPE_CHECKING:
+    from delayjobs.redis_store import IndexEntry
+
+logger = logging.getLogger(__name__)
+
+#: A job popped from Redis is claimed only if its row is due by then (plus this much, to
+#: absorb float rounding of the Redis score). A row moved later in the meantime is not.
+CLAIM_TOLERANCE = timedelta(milliseconds=5)
+
+
+def claim(
+    ids: Sequence[int],
+    *,
+    worker_id: str,
+    now: datetime,
+    leases: Mapping[str, timedelta],
+    default_lease: timedelta,
+) -> list[DelayedJob]:
+    """``scheduled -> running`` for the due rows among ``ids``, in one UPDATE.
+
+    ``now`` doubles as the claim's token: the caller gives every claim a distinct value,
+    so the follow-up SELECT returns exactly the rows this call won.
+    """
+    if not ids:
+        return []
+    lease_expires_at = Case(
+        *[When(job_type=name, then=Value(now + ttl)) for name, ttl in leases.items()],
+        default=Value(now + default_lease),
+        output_field=DateTimeField(),
+    )
+    won = DelayedJob.objects.filter(
+        pk__in=ids, status=JobStatus.SCHEDULED, run_at__lte=now + CLAIM_TOLERANCE
+    ).update(
+        status=JobStatus.RUNNING,
+        attempts=F("attempts") + 1,
+        worker_id=worker_id,
+        started_at=now,
+        finished_at=None,
+        lease_expires_at=lease_expires_at,
+    )
+    if not won:
+        return []
+    return list(
+        DelayedJob.objects.filter(
+            pk__in=ids, status=JobStatus.RUNNING, worker_id=worker_id, started_at=now
+        )
+    )
+
+
+def renew_leases(jobs_by_lease: Mapping[timedelta, Iterable[int]], *, worker_id: str) -> int:
+    """Push the leases of jobs this worker is still running further out (heartbeat)."""
+    now = timezone.now()
+    renewed = 0
+    for lease, ids in jobs_by_lease.items():
+        renewed += DelayedJob.objects.filter(
+            pk__in=list(ids), status=JobStatus.RUNNING, worker_id=worker_id
+        ).update(lease_expires_at=now + lease)
+    return renewed
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How one execution ended, as decided by the consumer from the job type's policy."""
+
+    job: DelayedJob
+    worker_id: str
+    started_at: datetime
+    finished_at: datetime
+    error: str = ""
+    traceback: str = ""
+    #: For a failed execution: when to try again, or None to mark the job failed.
+    retry_at: datetime | None = None
+
+    @property
+    def succeeded(self) -> bool:
+        return not self.error and not self.traceback
+
+    @property
+    def attempt_outcome(self) -> AttemptOutcome:
+        if self.succeeded:
+            return AttemptOutcome.SUCCEEDED
+        return AttemptOutcome.RETRYING if self.retry_at else AttemptOutcome.FAILED
+
+
+def record_outcomes(outcomes: Sequence[Outcome]) -> list[IndexEntry]:
+    """Write a batch of finished executions: job rows and attempt rows, in one transaction.
+
+    Returns the jobs that go back to ``scheduled`` for a retry, for the Redis index.
+    """
+    retries: list[IndexEntry] = []
+    if not outcomes:
+        return retries
+    recorded_at = timezone.now()
+    with transaction.atomic():
+        successes: dict[tuple[str, int], list[int]] = {}
+        for outcome in outcomes:
+            if outcome.succeeded:
+                successes.setdefault((outcome.worker_id, outcome.job.attempts), []).append(
+                    outcome.job.pk
+                )
+            elif _record_failure(outcome) and outcome.retry_at is not None:
+                retries.append((outcome.job.pk, outcome.job.queue, outcome.retry_at.timestamp()))
+        # Successes are the common case: one UPDATE per (worker, attempt number) group.
+        for (worker_id, attempt), ids in successes.items():
+            _running(ids, attempt, worker_id).update(
+                status=JobStatus.SUCCEEDED, finished_at=recorded_at, lease_expires_at=None
+            )
+        # The attempt happened whether or not the fence held, so it is always recorded.
+        JobAttempt.objects.bulk_create(_attempt_row(outcome) for outcome in outcomes)
+    return retries
+
+
+def _record_failure(outcome: Outcome) -> bool:
+    job = outcome.job
+    if outcome.retry_at is not None:
+        changes: dict[str, Any] = {
+            "status": JobStatus.SCHEDULED,
+            "run_at": outcome.retry_at,
+            "worker_id": "",
+        }
+    else:
+        changes = {"status": JobStatus.FAILED, "finished_at": outcome.finished_at}
+    changed = _running([job.pk], job.attempts, outcome.worker_id).update(
+        last_error=outcome.error, lease_expires_at=None, **changes
+    )
+    return bool(changed)
+
+
+def _running(ids: Sequence[int], attempt: int, worker_id: str) -> QuerySet[DelayedJob]:
+    """Rows still running the given attempt on the given worker: the fence."""
+    return DelayedJob.objects.filter(
+        pk__in=ids, status=JobStatus.RUNNING, attempts=attempt, worker_id=worker_id
+    )
+
+
+def _attempt_row(outcome: Outcome) -> JobAttempt:
+    return JobAttempt(
+        job_id=outcome.job.pk,
+        number=outcome.job.attempts,
+        worker_id=outcome.worker_id,
+        started_at=outcome.started_at,
+        finished_at=outcome.finished_at,
+        outcome=outcome.attempt_outcome,
+        error=outcome.error,
+        traceback=outcome.traceback,
+        lateness=outcome.started_at - outcome.job.run_at,
+    )
+
+
+def reap_expired_leases(now: datetime, limit: int = 1000) -> list[IndexEntry]:
+    """Return running jobs whose lease expired to ``scheduled``, or ``failed`` if exhausted.
+
+    Their consumer died (or lost the database for longer than the lease). The attempt it
+    started counts, and gets a ``lease_expired`` attempt row. Returns the rescheduled jobs.
+    """
+    rescheduled: list[IndexEntry] = []
+    expired = DelayedJob.objects.lease_expired(now).order_by("lease_expires_at")[:limit]
+    for job in expired:
+        exhausted = job.max_attempts is not None and job.attempts >= job.max_attempts
+        error = (
+            f"Lease expired at {job.lease_expires_at.isoformat()} while worker "
+            f"{job.worker_id!r} ran attempt {job.attempts}; the worker probably died."
+        )
+        with transaction.atomic():
+            changed = DelayedJob.objects.filter(
+                pk=job.pk, status=JobStatus.RUNNING, attempts=job.attempts, lease_expires_at__lt=now
+            ).update(
+                status=JobStatus.FAILED if exhausted else JobStatus.SCHEDULED,
+                finished_at=now if exhausted else None,
+                lease_expires_at=None,
+                worker_id="",
+                last_error=error,
+            )
+            if not changed:
+                continue  # it finished or was renewed meanwhile
+            started_at = job.started_at or now
+            JobAttempt.objects.create(
+                job_id=job.pk,
+                number=job.attempts,
+                worker_id=job.worker_id,
+                started_at=started_at,
+                outcome=AttemptOutcome.LEASE_EXPIRED,
+                error=error,
+                lateness=started_at - job.run_at,
+            )
+        logger.warning(
+            "Job %s (%s) attempt %s: lease expired on worker %s; %s.",
+            job.pk,
+            job.job_type,
+            job.attempts,
+            job.worker_id,
+            "marked failed, no attempts left" if exhausted else "scheduled again",
+        )
+        if not exhausted:
+            rescheduled.append((job.pk, job.queue, job.run_at.timestamp()))
+    return rescheduled
+
+
+def cancel(jobs: QuerySet[DelayedJob]) -> list[IndexEntry]:
+    """``scheduled -> cancelled`` for the given jobs; returns those cancelled."""
+    candidates = list(jobs.filter(status=JobStatus.SCHEDULED).values_list("pk", "queue", "run_at"))
+    if not candidates:
+        return []
+    ids = [pk for pk, _queue, _run_at in candidates]
+    now = timezone.now()
+    with transaction.atomic():
+        # Lock first so the returned list is exactly what changed, even under races.
+        locked = set(
+            DelayedJob.objects.select_for_update()
+            .filter(pk__in=ids, status=JobStatus.SCHEDULED)
+            .values_list("pk", flat=True)
+        )
+        DelayedJob.objects.filter(pk__in=locked).update(
+            status=JobStatus.CANCELLED, finished_at=now, lease_expires_at=None
+        )
+    return [(pk, queue, run_at.timestamp()) for pk, queue, run_at in candidates if pk in locked]
+
+
+def move(job: DelayedJob, **changes: Any) -> DelayedJob:
+    """Change a scheduled job's time (and payload, queue ...) in place.
+
+    Raises ``InvalidTransition`` if the job is no longer scheduled.
+    """
+    changed = DelayedJob.objects.filter(pk=job.pk, status=JobStatus.SCHEDULED).update(**changes)
+    if not changed:
+        job.refresh_from_db(fields=["status"])
+        raise InvalidTransition(f"Job {job.pk} is {job.status}; only a scheduled job can be moved.")
+    for name, value in changes.items():
+        setattr(job, name, value)
+    return job
+
+
+def retry(job: DelayedJob) -> DelayedJob:
+    """``failed | cancelled | succeeded -> scheduled``, due now, with a fresh attempt budget.
+
+    Its history (attempt rows) stays. Raises ``DuplicateJob`` if another active job took
+    its key meanwhile, ``InvalidTransition`` if it is scheduled or running.
+    """
+    now = timezone.now()
+    changes = {
+        "status": JobStatus.SCHEDULED,
+        "run_at": now,
+        "attempts": 0,
+        "started_at": None,
+        "finished_at": None,
+        "lease_expires_at": None,
+        "worker_id": "",
+    }
+    try:
+        with transaction.atomic():
+            changed = DelayedJob.objects.filter(pk=job.pk, status__in=RETRYABLE_STATUSES).update(
+                **changes
+            )
+    except IntegrityError:
+        raise DuplicateJob(job.key or "", _active_holder(job.key)) from None
+    if not changed:
+        job.refresh_from_db(fields=["status"])
+        raise InvalidTransition(
+            f"Job {job.pk} is {job.status}; only failed, cancelled or succeeded jobs can be "
+            f"retried."
+        )
+    for name, value in changes.items():
+        setattr(job, name, value)
+    return job
+
+
+def _active_holder(key: str | None) -> int | None:
+    if not key:
+        return None
+    return DelayedJob.objects.active().filter(key=key).values_list("pk", flat=True).first()

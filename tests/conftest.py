@@ -1,0 +1,134 @@
+"""Generic fixtures: a real Redis client, a clean Redis per test, consumer subprocesses."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from django.conf import settings
+from django.db import connection
+
+from sampleproject.services import pdeathsig_preexec
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _test_redis() -> redis.Redis:
+    return redis.Redis.from_url(settings.DELAYJOBS["REDIS_URL"])
+
+
+@pytest.fixture(autouse=True)
+def _clean_redis() -> Iterator[None]:
+    """Every test starts and ends with an empty Redis (the index is rebuildable anyway)."""
+    client = _test_redis()
+    try:
+        client.flushdb()
+        yield
+        client.flushdb()
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def redis_client(_clean_redis: None) -> Iterator[redis.Redis]:
+    """A client of the test run's real Redis, flushed before and after the test."""
+    client = _test_redis()
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+class ConsumerProcess:
+    """A ``manage.py run_delay_consumer`` subprocess whose output goes to a log file."""
+
+    def __init__(self, args: list[str], log_path: Path, env: dict[str, str]) -> None:
+        self.args = args
+        self.log_path = log_path
+        # The child gets its own copy of the descriptor; the parent keeps none open.
+        with open(log_path, "wb") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "manage.py", "run_delay_consumer", *args],
+                cwd=REPO_ROOT,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                # If pytest itself is SIGKILLed, its consumers must not live on.
+                preexec_fn=pdeathsig_preexec(os.getpid()),
+            )
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self.process.poll()
+
+    def send_signal(self, sig: int) -> None:
+        self.process.send_signal(sig)
+
+    def wait(self, timeout: float | None = 30.0) -> int:
+        """Wait for the exit and return the exit code; AssertionError (with output) on timeout."""
+        try:
+            code = self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(
+                f"consumer {self.pid} still running after {timeout}s. Output:\n{self.output()}"
+            ) from None
+        return code
+
+    def output(self) -> str:
+        """Everything the consumer wrote to stdout and stderr so far."""
+        return self.log_path.read_text(errors="replace")
+
+    def kill(self) -> None:
+        """SIGKILL (if still running) and reap."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+        self.process.wait()
+
+
+ConsumerFactory = Callable[..., ConsumerProcess]
+
+
+def subprocess_env(**extra: str) -> dict[str, str]:
+    """Environment for a child Django process that must share this test's database.
+
+    The test database has a name pytest-django chose ("test_…"); DELAYJOBS_TEST_DB_NAME
+    makes tests.settings use it. The service addresses are already in os.environ.
+    """
+    env = dict(os.environ)
+    env["DJANGO_SETTINGS_MODULE"] = "tests.settings"
+    env["DELAYJOBS_TEST_DB_NAME"] = str(connection.settings_dict["NAME"])
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra)
+    return env
+
+
+@pytest.fixture
+def consumer_process(tmp_path: Path) -> Iterator[ConsumerFactory]:
+    """Factory: ``consumer_process(*args, env=None) -> ConsumerProcess``.
+
+    Starts ``python manage.py run_delay_consumer *args``. The consumer only sees committed
+    rows, so tests using it need ``@pytest.mark.django_db(transaction=True)``. Consumers
+    still running at teardown are SIGKILLed and reaped.
+    """
+    started: list[ConsumerProcess] = []
+
+    def start(*args: str, env: dict[str, str] | None = None) -> ConsumerProcess:
+        log_path = tmp_path / f"consumer-{len(started)}.log"
+        consumer = ConsumerProcess(list(args), log_path, subprocess_env(**(env or {})))
+        started.append(consumer)
+        return consumer
+
+    yield start
+    for consumer in started:
+        consumer.kill()

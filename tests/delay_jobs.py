@@ -1,0 +1,55 @@
+"""Job types of the test suite, autodiscovered like any app's ``delay_jobs`` module."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import delayjobs
+from delayjobs.models import DelayedJob
+from tests.models import Execution
+
+
+class ScriptedFailure(RuntimeError):
+    """Raised on purpose by ``tests.scripted``."""
+
+
+@delayjobs.register
+class Scripted(delayjobs.JobType):
+    """Records every execution in the ledger, then does what the payload scripts.
+
+    Payload keys (all optional):
+    - ``fail_attempts``: attempt numbers that raise ``ScriptedFailure``;
+    - ``hold_attempts``: attempt numbers that hold until the file ``release_file`` exists
+      (at most ``hold_seconds``, default 60), standing in for a long job.
+    """
+
+    name = "tests.scripted"
+    max_attempts = 3
+    # A short lease so that a killed consumer's job comes back within seconds.
+    time_to_run = timedelta(seconds=2)
+    retry_backoff_base = timedelta(milliseconds=50)
+    retry_backoff_cap = timedelta(milliseconds=200)
+
+    def execute(self, job: DelayedJob) -> None:
+        Execution.objects.create(job_id=job.pk, attempt=job.attempts, worker_id=job.worker_id)
+        payload = job.payload if isinstance(job.payload, dict) else {}
+        if job.attempts in payload.get("hold_attempts", ()):
+            release = Path(payload["release_file"])
+            deadline = time.monotonic() + payload.get("hold_seconds", 60)
+            while not release.exists() and time.monotonic() < deadline:
+                time.sleep(0.01)
+        if job.attempts in payload.get("fail_attempts", ()):
+            raise ScriptedFailure(f"scripted failure of job {job.pk} on attempt {job.attempts}")
+
+
+@delayjobs.register
+class Noop(delayjobs.JobType):
+    """Does nothing; for API tests that never run the job."""
+
+    name = "tests.noop"
+    queue = "other"
+
+    def execute(self, job: DelayedJob) -> None:
+        return None

@@ -1,0 +1,80 @@
+"""Settings of the test suite: the sample project, plus real Redis and a real database.
+
+``DELAYJOBS_TEST_DB`` selects the database: "sqlite" (default, a file so that consumer
+subprocesses share it) or "postgres". Servers are started on import unless their address
+is already in the environment (see tests/services_setup.py).
+
+``DELAYJOBS_TEST_DB_NAME`` overrides the database NAME. pytest-django runs the tests
+against a renamed test database ("test_…"); the consumer_process fixture passes that name
+to subprocesses through this variable, so they open the very database the test writes to.
+"""
+
+from __future__ import annotations
+
+import os
+
+from sampleproject.settings import *  # noqa: F403
+from sampleproject.settings import INSTALLED_APPS
+from tests.services_setup import (
+    LOOPBACK,
+    SQLITE_NAME,
+    SQLITE_TEST_NAME,
+    ensure_services,
+)
+
+SERVICES = ensure_services()
+
+INSTALLED_APPS = [*INSTALLED_APPS, "tests"]
+
+DB_NAME_OVERRIDE = os.environ.get("DELAYJOBS_TEST_DB_NAME")
+
+if SERVICES.db == "postgres":
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.postgresql",
+            "NAME": DB_NAME_OVERRIDE or "delayjobs",
+            "USER": "postgres",
+            "PASSWORD": "",
+            "HOST": LOOPBACK,
+            "PORT": str(SERVICES.pg_port),
+            "TEST": {"NAME": "test_delayjobs"},
+        }
+    }
+else:
+    assert SERVICES.sqlite_dir is not None
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": DB_NAME_OVERRIDE or str(SERVICES.sqlite_dir / SQLITE_NAME),
+            "TEST": {"NAME": str(SERVICES.sqlite_dir / SQLITE_TEST_NAME)},
+            "OPTIONS": {
+                # Consumers in other processes write concurrently: wait for the lock
+                # instead of failing, take it at BEGIN (no upgrade deadlocks), and let
+                # readers proceed while one writer commits (WAL).
+                "timeout": 30,
+                "transaction_mode": "IMMEDIATE",
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            },
+        }
+    }
+
+DELAYJOBS = {
+    "REDIS_URL": SERVICES.redis_url,
+    "REDIS_CACHE_ALIAS": None,
+    "KEY_PREFIX": "dj-test",
+    # Short interval and window so that tests about the pre-loader finish in seconds.
+    "PRELOAD_INTERVAL": 1,
+    "PRELOAD_WINDOW": 5,
+}
+
+USE_TZ = True
+
+# Hashing passwords properly is slow on purpose; tests do not need that.
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": "WARNING"},
+}
