@@ -229,6 +229,9 @@ class RedisServer(_Service):
                 stderr=subprocess.STDOUT,
                 cwd=self._directory,
                 preexec_fn=pdeathsig_preexec(os.getpid()),
+                # Out of the terminal's process group: a Ctrl-C meant for the demo must not
+                # kill Redis before the consumer has shut down gracefully.
+                start_new_session=True,
             )
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:
@@ -361,6 +364,7 @@ class PostgresServer(_Service):
             "cwd": self._root,
             "stdin": subprocess.DEVNULL,
             "preexec_fn": pdeathsig_preexec(os.getpid()),
+            "start_new_session": True,  # out of reach of a terminal's Ctrl-C, as for Redis
         }
         if self._run_as is not None:
             # subprocess applies these before preexec_fn, so PDEATHSIG survives the switch.

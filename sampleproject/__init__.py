@@ -1,0 +1,1 @@
+"""A sample project using delayjobs: meetings (reminders, start, end, room requests), orders."""

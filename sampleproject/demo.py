@@ -1,0 +1,143 @@
+"""The demo: an embedded Redis, a fresh SQLite database, seeded jobs, a consumer running them.
+
+Run it through ``sampleproject/demo.sh`` (which prepares a virtualenv), or directly:
+``python sampleproject/demo.py [--seconds N]``. Set REDIS_URL to use your own Redis.
+
+Plain subprocesses and no Django setup here: every Django step is a manage.py command, so
+this process only orchestrates and always gets to stop the Redis server it started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import FrameType
+
+ROOT = Path(__file__).resolve().parent.parent
+DEMO_DIR = ROOT / ".demo"
+DATABASE = DEMO_DIR / "demo.sqlite3"
+#: Short enough that the unpaid order closes while the demo runs.
+ORDER_PAYMENT_TIMEOUT_SECONDS = "40"
+#: How long a stopping consumer may take to finish its running jobs.
+SHUTDOWN_TIMEOUT = 30.0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--seconds",
+        type=float,
+        default=None,
+        help="stop the consumer after this many seconds (default: run until Ctrl-C); "
+        "everything seeded has fired after about 60",
+    )
+    args = parser.parse_args(argv)
+    # Ctrl-C and SIGTERM both end in the finally blocks that stop the consumer and Redis
+    # (SIGINT explicitly too: a shell starting us in the background may have ignored it).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    try:
+        with redis_url() as url:
+            env = demo_environment(url)
+            fresh_database()
+            manage(env, "migrate", "--verbosity", "0")
+            manage(env, "seed_demo")
+            run_consumer(env, args.seconds)
+            manage(env, "demo_summary")
+    except KeyboardInterrupt:
+        return 130
+    except subprocess.CalledProcessError as exc:
+        print(f"demo: {' '.join(exc.cmd[1:])} failed with exit status {exc.returncode}")
+        return 1
+    return 0
+
+
+def _raise_keyboard_interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def redis_url() -> Iterator[str]:
+    """REDIS_URL if set, else the URL of an embedded Redis that is stopped on exit."""
+    if url := os.environ.get("REDIS_URL"):
+        print(f"demo: using Redis at {url}")
+        yield url
+        return
+    sys.path.insert(0, str(ROOT))  # this script's directory is on sys.path, not the root
+    from sampleproject.services import RedisServer
+
+    server = RedisServer().start()
+    print(f"demo: started an embedded Redis at {server.url}")
+    try:
+        yield server.url
+    finally:
+        server.stop()
+        print("demo: stopped the embedded Redis")
+
+
+def demo_environment(redis: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        REDIS_URL=redis,
+        DATABASE_PATH=str(DATABASE),
+        DJANGO_SETTINGS_MODULE="sampleproject.settings",
+        PYTHONUNBUFFERED="1",  # log lines appear as they happen
+    )
+    env.setdefault("ORDER_PAYMENT_TIMEOUT_SECONDS", ORDER_PAYMENT_TIMEOUT_SECONDS)
+    return env
+
+
+def fresh_database() -> None:
+    """Each run starts from an empty database, so its summary shows this run only."""
+    DEMO_DIR.mkdir(exist_ok=True)
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        Path(f"{DATABASE}{suffix}").unlink(missing_ok=True)
+    print(f"demo: database {DATABASE.relative_to(ROOT)}")
+
+
+def manage(env: dict[str, str], *command: str) -> None:
+    subprocess.run([sys.executable, "manage.py", *command], cwd=ROOT, env=env, check=True)
+
+
+def run_consumer(env: dict[str, str], seconds: float | None) -> None:
+    """Run the consumer until ``seconds`` pass or Ctrl-C, then stop it gracefully (SIGTERM)."""
+    until = f"for {seconds:g} s" if seconds is not None else "until Ctrl-C"
+    print(f"demo: running the consumer {until}\n")
+    consumer = subprocess.Popen(
+        [sys.executable, "manage.py", "run_delay_consumer", "-v", "1"],
+        cwd=ROOT,
+        env=env,
+        # Its own session: Ctrl-C reaches only this script, which then asks the consumer
+        # to stop the documented way (SIGTERM: finish running jobs, claim no more).
+        start_new_session=True,
+    )
+    try:
+        consumer.wait(timeout=seconds)
+        print(f"demo: the consumer exited by itself with status {consumer.returncode}")
+    except (subprocess.TimeoutExpired, KeyboardInterrupt):
+        pass
+    finally:
+        stop(consumer)
+
+
+def stop(consumer: subprocess.Popen[bytes]) -> None:
+    if consumer.poll() is not None:
+        return
+    print("\ndemo: stopping the consumer (SIGTERM)")
+    consumer.send_signal(signal.SIGTERM)
+    try:
+        consumer.wait(timeout=SHUTDOWN_TIMEOUT)
+    except (subprocess.TimeoutExpired, KeyboardInterrupt):
+        print("demo: the consumer did not stop in time; killing it")
+        consumer.kill()
+        consumer.wait()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

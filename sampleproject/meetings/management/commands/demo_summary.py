@@ -1,0 +1,68 @@
+"""Print what happened in the demo: jobs by status, each job's lateness, the business state."""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from datetime import timedelta
+from typing import Any
+
+from django.core.management.base import BaseCommand
+from django.db.models import Count
+
+from delayjobs.models import DelayedJob, JobAttempt
+from sampleproject.meetings.models import Meeting, Reminder, RoomRequest
+from sampleproject.orders.models import Order
+
+
+def ms(delta: timedelta) -> float:
+    return delta.total_seconds() * 1000
+
+
+class Command(BaseCommand):
+    help = "Summarize the demo from the database: jobs, attempts and their lateness, outcomes."
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        self._jobs()
+        self._business_state()
+
+    def _jobs(self) -> None:
+        counts = DelayedJob.objects.values_list("status").annotate(n=Count("id")).order_by("status")
+        by_status = ", ".join(f"{status} {n}" for status, n in counts) or "none"
+        self.stdout.write(f"\nJobs by status: {by_status}")
+
+        attempts: dict[int, list[JobAttempt]] = defaultdict(list)
+        for attempt in JobAttempt.objects.order_by("job_id", "started_at", "id"):
+            attempts[attempt.job_id].append(attempt)
+
+        self.stdout.write(
+            f"  {'job':<5} {'type':<24} {'key':<26} {'status':<10} lateness of each attempt"
+        )
+        first_lateness: list[float] = []
+        for job in DelayedJob.objects.order_by("run_at", "id"):
+            history = attempts.get(job.pk, [])
+            if history:
+                first_lateness.append(ms(history[0].lateness))
+            lateness = ", ".join(f"{ms(a.lateness):.1f} ms ({a.outcome})" for a in history) or "-"
+            self.stdout.write(
+                f"  {job.pk:<5} {job.job_type:<24} {job.key or '':<26} {job.status:<10} {lateness}"
+            )
+        if first_lateness:
+            self.stdout.write(
+                f"Lateness of first attempts: median {statistics.median(first_lateness):.1f} ms, "
+                f"max {max(first_lateness):.1f} ms over {len(first_lateness)} jobs."
+            )
+
+    def _business_state(self) -> None:
+        self.stdout.write("\nMeetings:")
+        for meeting in Meeting.objects.all():
+            sent = Reminder.objects.filter(meeting=meeting).count()
+            self.stdout.write(
+                f"  {meeting.title:<16} {meeting.get_status_display():<12} reminders sent: {sent}"
+            )
+        self.stdout.write("Room requests:")
+        for request in RoomRequest.objects.order_by("pk"):
+            self.stdout.write(f"  #{request.pk} by {request.requested_by}: {request.status}")
+        self.stdout.write("Orders:")
+        for order in Order.objects.order_by("pk"):
+            self.stdout.write(f"  #{order.pk} of {order.customer}: {order.status}")

@@ -1,0 +1,187 @@
+"""Rooms, meetings, attendees, the reminders sent to them, and room requests."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.validators import MinValueValidator
+from django.db import models, transaction
+from django.utils import timezone
+
+import delayjobs
+
+
+class Room(models.Model):
+    name = models.CharField(max_length=100, unique=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Meeting(models.Model):
+    class Status(models.TextChoices):
+        SCHEDULED = "scheduled", "Scheduled"
+        IN_PROGRESS = "in_progress", "In progress"
+        ENDED = "ended", "Ended"
+        CANCELLED = "cancelled", "Cancelled"
+
+    title = models.CharField(max_length=200)
+    room = models.ForeignKey(Room, on_delete=models.PROTECT, related_name="meetings")
+    starts_at = models.DateTimeField()
+    ends_at = models.DateTimeField()
+    # A float so that the demo can remind 15 seconds (0.25 min) before a meeting.
+    remind_minutes = models.FloatField(default=15, validators=[MinValueValidator(0)])
+    status = models.CharField(max_length=20, choices=Status, default=Status.SCHEDULED)
+
+    class Meta:
+        ordering = ["starts_at", "pk"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(ends_at__gt=models.F("starts_at")),
+                name="meeting_ends_after_start",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.title
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        # The post_save receiver schedules this meeting's jobs; one transaction makes the
+        # meeting and its jobs commit (or roll back) together, whoever calls save().
+        with transaction.atomic():
+            super().save(*args, **kwargs)
+
+    def clean(self) -> None:
+        if self.starts_at and self.ends_at and self.ends_at <= self.starts_at:
+            raise ValidationError({"ends_at": "A meeting must end after it starts."})
+
+    @property
+    def remind_at(self) -> datetime:
+        return self.starts_at - timedelta(minutes=self.remind_minutes)
+
+    def job_key(self, kind: str) -> str:
+        """The business key of this meeting's ``kind`` job ("remind", "start" or "end")."""
+        return f"meeting:{self.pk}:{kind}"
+
+    def move(self, by: timedelta) -> None:
+        """Shift start and end; saving moves the meeting's jobs to the new times."""
+        if self.status != self.Status.SCHEDULED:
+            raise ValidationError(
+                f"Only a scheduled meeting can be moved; this one is {self.status}."
+            )
+        self.starts_at += by
+        self.ends_at += by
+        self.save(update_fields=["starts_at", "ends_at"])
+
+    @classmethod
+    def transition(cls, pk: int, from_: set[str], to: str) -> bool:
+        """Move a meeting to ``to`` if it is in one of ``from_``; report whether it moved.
+
+        A conditional UPDATE, not save(): two runs of the same job (at-least-once) or a job
+        racing an edit cannot both win, and no post_save fires to reschedule jobs.
+        """
+        return bool(cls.objects.filter(pk=pk, status__in=from_).update(status=to))
+
+
+class Attendee(models.Model):
+    meeting = models.ForeignKey(Meeting, on_delete=models.CASCADE, related_name="attendees")
+    name = models.CharField(max_length=100)
+    email = models.EmailField()
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(fields=["meeting", "email"], name="one_attendee_per_email"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} <{self.email}>"
+
+
+class Reminder(models.Model):
+    """A reminder that was sent: the proof, for tests and the demo, that the job ran."""
+
+    meeting = models.ForeignKey(Meeting, on_delete=models.CASCADE, related_name="reminders")
+    attendee = models.ForeignKey(Attendee, on_delete=models.CASCADE, related_name="reminders")
+    # The start the reminder announced: a moved meeting deserves a new reminder, a job
+    # that runs twice for the same start does not.
+    meeting_starts_at = models.DateTimeField()
+    sent_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["sent_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["meeting", "attendee", "meeting_starts_at"],
+                name="one_reminder_per_attendee_and_start",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"Reminder of {self.meeting} to {self.attendee}"
+
+
+def room_request_timeout() -> timedelta:
+    return getattr(settings, "ROOM_REQUEST_TIMEOUT", timedelta(hours=24))
+
+
+class RoomRequest(models.Model):
+    class Status(models.TextChoices):
+        PENDING = "pending", "Pending"
+        APPROVED = "approved", "Approved"
+        REJECTED = "rejected", "Rejected"
+
+    room = models.ForeignKey(Room, on_delete=models.CASCADE, related_name="requests")
+    requested_by = models.CharField(max_length=100)
+    starts_at = models.DateTimeField()
+    ends_at = models.DateTimeField()
+    status = models.CharField(max_length=20, choices=Status, default=Status.PENDING)
+    created_at = models.DateTimeField(default=timezone.now)
+    # When a still-pending request is rejected. Defaults to created_at plus
+    # settings.ROOM_REQUEST_TIMEOUT; a field, so one request (the demo's) can be shorter.
+    expires_at = models.DateTimeField(blank=True)
+    decided_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-pk"]
+
+    def __str__(self) -> str:
+        return f"{self.room} for {self.requested_by} ({self.status})"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if self.expires_at is None:
+            self.expires_at = self.created_at + room_request_timeout()
+        # As for Meeting: the request and its expire job commit together.
+        with transaction.atomic():
+            super().save(*args, **kwargs)
+
+    @property
+    def expire_job_key(self) -> str:
+        return f"room-request:{self.pk}:expire"
+
+    def approve(self) -> bool:
+        """Approve if still pending and cancel the expire job; report whether it was approved."""
+        with transaction.atomic():
+            # Conditional, so an approval racing the expire job cannot undo its rejection.
+            approved = self._decide(self.Status.APPROVED)
+            if approved:
+                delayjobs.cancel(key=self.expire_job_key)
+        return approved
+
+    def expire(self) -> bool:
+        """Reject if still pending; report whether it was rejected."""
+        return self._decide(self.Status.REJECTED)
+
+    def _decide(self, status: str) -> bool:
+        now = timezone.now()
+        changed = RoomRequest.objects.filter(pk=self.pk, status=self.Status.PENDING).update(
+            status=status, decided_at=now
+        )
+        self.refresh_from_db(fields=["status", "decided_at"])
+        return bool(changed)
