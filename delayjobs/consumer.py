@@ -72,6 +72,9 @@ class Consumer:
         self._wake_seq = 0  # bumped by anything that should end the main loop's sleep
         self._stopping = False
         self._stop_event = threading.Event()  # the same, for the helper threads
+        # Set once no job runs any more: the heartbeat renews leases until then, so that
+        # a job finishing during a graceful shutdown is not taken over by another consumer.
+        self._drained = threading.Event()
         self._in_flight: dict[int, DelayedJob] = {}
         self._last_claim: datetime | None = None
         self._failing: str | None = None  # what is down, logged once per change
@@ -134,6 +137,7 @@ class Consumer:
         self._stopping = True
         self._stop_event.set()
         self._pool.shutdown(wait=True)
+        self._drained.set()
         self._recorder.stop()
         for thread in self._threads:
             thread.join(timeout=10)
@@ -362,7 +366,7 @@ class Consumer:
 
     def _heartbeat(self) -> None:
         """Renew the leases of running jobs well before they expire."""
-        while not self._stop_event.wait(self._heartbeat_interval()):
+        while not self._drained.wait(self._heartbeat_interval()):
             with self._cond:
                 running = list(self._in_flight.values())
             if not running:

@@ -51,8 +51,10 @@ class PassResult:
 def preload(*, store: RedisStore | None = None, now: datetime | None = None) -> PassResult:
     """Run one pre-loader pass if no other process is running one."""
     store = store or get_store()
-    # The lock outlives a normal pass but expires if this process dies mid-pass.
-    lock_ttl = max(settings.PRELOAD_INTERVAL.total_seconds() * 2, 30.0)
+    # The lock outlives a normal pass (milliseconds) and expires about one interval after
+    # a process died holding it, so the next pass is not held up. A pass outliving it is
+    # harmless: passes are idempotent; the lock only saves duplicate work.
+    lock_ttl = max(settings.PRELOAD_INTERVAL.total_seconds(), 1.0)
     with store.preload_lock(lock_ttl) as acquired:
         if not acquired:
             return PassResult(ran=False)

@@ -9,6 +9,7 @@ Redis only ever holds ids and times: everything else stays in the database row.
 from __future__ import annotations
 
 import logging
+import re
 import secrets
 import threading
 from collections import defaultdict
@@ -61,15 +62,17 @@ SCRIPT_CHUNK = 1000
 
 _client_lock = threading.Lock()
 _client: redis.Redis | None = None
+_client_owned = False  # made from REDIS_URL by us (so ours to close), not django-redis's
 _store: RedisStore | None = None
 
 
 def get_client() -> redis.Redis:
     """The shared Redis client (thread-safe; connection-pooled)."""
-    global _client
+    global _client, _client_owned
     if _client is None:
         with _client_lock:
             if _client is None:
+                _client_owned = settings.redis_target[0] == "url"
                 _client = _connect()
     return _client
 
@@ -102,7 +105,7 @@ def reset_client() -> None:
     """Forget the client, so the next use reads the settings again."""
     global _client, _store
     with _client_lock:
-        if _client is not None and settings.redis_target[0] == "url":
+        if _client is not None and _client_owned:
             _client.close()
         _client = None
         _store = None
@@ -123,6 +126,8 @@ def describe_target() -> str:
 
 
 def mask_url(url: str) -> str:
+    # redis-py also reads a password from the query string (``?password=...``).
+    url = re.sub(r"([?&]password=)[^&#]*", r"\1***", url, flags=re.IGNORECASE)
     scheme, sep, rest = url.partition("://")
     if not sep or "@" not in rest:
         return url

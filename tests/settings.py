@@ -11,6 +11,7 @@ to subprocesses through this variable, so they open the very database the test w
 
 from __future__ import annotations
 
+import json
 import os
 
 from sampleproject.settings import *  # noqa: F403
@@ -66,6 +67,8 @@ DELAYJOBS = {
     "PRELOAD_INTERVAL": 1,
     "PRELOAD_WINDOW": 5,
 }
+# A test may give its consumer subprocesses other DELAYJOBS values: a JSON object, merged.
+DELAYJOBS.update(json.loads(os.environ.get("DELAYJOBS_TEST_OVERRIDES") or "{}"))
 
 USE_TZ = True
 

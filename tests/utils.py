@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from typing import TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -28,3 +28,25 @@ def wait_for(
         if time.monotonic() >= deadline:
             raise AssertionError(message or f"condition not met within {timeout}s: {predicate!r}")
         time.sleep(interval)
+
+
+def wait_listening(client: Any, consumers: Sequence[Any], queue: str = "default") -> None:
+    """Wait until every consumer listens on ``queue``'s wake channel: started and idle.
+
+    ``consumers`` are ``ConsumerProcess`` objects; one that exits meanwhile fails the wait
+    with its output, rather than timing out.
+    """
+    from delayjobs.redis_store import wake_channel
+
+    channel = wake_channel(queue)
+
+    def listening() -> bool:
+        for consumer in consumers:
+            if consumer.returncode is not None:
+                raise AssertionError(
+                    f"consumer {consumer.pid} exited with {consumer.returncode}:\n"
+                    f"{consumer.output()}"
+                )
+        return dict(client.pubsub_numsub(channel)).get(channel.encode(), 0) >= len(consumers)
+
+    wait_for(listening, message=f"{len(consumers)} consumer(s) not listening on {channel}")

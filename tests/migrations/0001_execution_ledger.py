@@ -5,21 +5,24 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='Execution',
+            name="Execution",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('job_id', models.BigIntegerField(db_index=True)),
-                ('attempt', models.PositiveIntegerField()),
-                ('worker_id', models.CharField(max_length=255)),
-                ('started_at', models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("job_id", models.BigIntegerField(db_index=True)),
+                ("attempt", models.PositiveIntegerField()),
+                ("worker_id", models.CharField(max_length=255)),
+                ("started_at", models.DateTimeField(default=django.utils.timezone.now)),
             ],
         ),
     ]

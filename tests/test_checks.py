@@ -1,0 +1,302 @@
+"""System checks of the DELAYJOBS settings, and validation of job type declarations."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+from django.core import checks
+from django.core.exceptions import ImproperlyConfigured
+
+import delayjobs
+from delayjobs.checks import check_settings
+from delayjobs.jobtypes import registry
+
+
+@pytest.fixture
+def delayjobs_settings(settings):
+    """Set DELAYJOBS keys on top of the test settings: ``delayjobs_settings(KEY=value)``."""
+
+    def update(**values):
+        settings.DELAYJOBS = {**settings.DELAYJOBS, **values}
+
+    return update
+
+
+def ids(messages) -> list[str]:
+    return [message.id for message in messages]
+
+
+def delayjobs_ids(messages) -> list[str]:
+    return [i for i in ids(messages) if i and i.startswith("delayjobs.")]
+
+
+# A good configuration ----------------------------------------------------------------
+
+
+def test_test_settings_pass_every_delayjobs_check():
+    assert check_settings() == []
+    assert delayjobs_ids(checks.run_checks()) == []
+
+
+def test_durations_may_be_timedeltas(delayjobs_settings):
+    delayjobs_settings(
+        PRELOAD_INTERVAL=timedelta(seconds=2),
+        PRELOAD_WINDOW=timedelta(seconds=10),
+        IDLE_TIMEOUT=0.5,
+    )
+    assert check_settings() == []
+
+
+def test_defaults_pass_when_delayjobs_is_unset(settings):
+    del settings.DELAYJOBS
+    assert check_settings() == []
+
+
+def test_a_django_redis_cache_alias_passes(settings, delayjobs_settings):
+    settings.CACHES = {
+        **settings.CACHES,
+        "jobs": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": "redis://127.0.0.1"},
+    }
+    delayjobs_settings(REDIS_URL=None, REDIS_CACHE_ALIAS="jobs")
+    assert check_settings() == []
+
+
+# Each check id -----------------------------------------------------------------------
+
+
+def test_e001_delayjobs_not_a_dict(settings):
+    settings.DELAYJOBS = "redis://127.0.0.1:6379/0"
+    [message] = check_settings()
+    assert message.id == "delayjobs.E001"
+    assert message.level == checks.ERROR
+    assert message.hint
+
+
+def test_e002_both_redis_url_and_cache_alias(delayjobs_settings):
+    delayjobs_settings(REDIS_CACHE_ALIAS="default")
+    assert ids(check_settings()) == ["delayjobs.E002"]
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:6379", "127.0.0.1:6379", 6379])
+def test_e003_redis_url_not_a_redis_url(delayjobs_settings, url):
+    delayjobs_settings(REDIS_URL=url)
+    assert ids(check_settings()) == ["delayjobs.E003"]
+
+
+def test_e004_cache_alias_not_in_caches(delayjobs_settings):
+    delayjobs_settings(REDIS_URL=None, REDIS_CACHE_ALIAS="nope")
+    [message] = check_settings()
+    assert message.id == "delayjobs.E004"
+    assert "nope" in message.msg
+
+
+def test_e004_cache_alias_not_a_django_redis_cache(settings, delayjobs_settings):
+    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    delayjobs_settings(REDIS_URL=None, REDIS_CACHE_ALIAS="default")
+    assert ids(check_settings()) == ["delayjobs.E004"]
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("PRELOAD_INTERVAL", "10"),
+        ("PRELOAD_INTERVAL", 0),
+        ("PRELOAD_INTERVAL", -1),
+        ("PRELOAD_INTERVAL", True),
+        ("PRELOAD_WINDOW", float("nan")),
+        ("PRELOAD_WINDOW", float("inf")),
+        ("PRELOAD_WINDOW", timedelta(0)),
+        ("IDLE_TIMEOUT", None),
+        ("IDLE_TIMEOUT", -0.5),
+    ],
+)
+def test_e005_duration_not_positive(delayjobs_settings, name, value):
+    delayjobs_settings(**{name: value})
+    assert ids(check_settings()) == ["delayjobs.E005"]
+
+
+@pytest.mark.parametrize(("interval", "window"), [(10, 10), (10, 5), (timedelta(minutes=1), 30)])
+def test_e006_window_not_longer_than_interval(delayjobs_settings, interval, window):
+    delayjobs_settings(PRELOAD_INTERVAL=interval, PRELOAD_WINDOW=window)
+    [message] = check_settings()
+    assert message.id == "delayjobs.E006"
+    assert "PRELOAD_WINDOW" in message.msg
+    assert message.hint
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("PRELOAD_BATCH_SIZE", 0),
+        ("PRELOAD_BATCH_SIZE", "1000"),
+        ("PRELOAD_BATCH_SIZE", 10.0),
+        ("CONCURRENCY", -1),
+        ("CONCURRENCY", True),
+    ],
+)
+def test_e007_count_not_a_positive_int(delayjobs_settings, name, value):
+    delayjobs_settings(**{name: value})
+    assert ids(check_settings()) == ["delayjobs.E007"]
+
+
+def test_e008_use_tz_off(settings):
+    settings.USE_TZ = False
+    assert ids(check_settings()) == ["delayjobs.E008"]
+
+
+@pytest.mark.parametrize("prefix", ["", "a{b}", "my app", 7, None])
+def test_e009_bad_key_prefix(delayjobs_settings, prefix):
+    delayjobs_settings(KEY_PREFIX=prefix)
+    assert ids(check_settings()) == ["delayjobs.E009"]
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("REDIS_CONNECT_TIMEOUT", 0), ("REDIS_CONNECT_TIMEOUT", "1"), ("REDIS_SOCKET_TIMEOUT", True)],
+)
+def test_e010_bad_redis_timeout(delayjobs_settings, name, value):
+    delayjobs_settings(**{name: value})
+    assert ids(check_settings()) == ["delayjobs.E010"]
+
+
+def test_w001_unknown_setting_is_a_warning(delayjobs_settings):
+    delayjobs_settings(PRELOAD_WINDOWS=60)
+    [message] = check_settings()
+    assert message.id == "delayjobs.W001"
+    assert message.level == checks.WARNING
+    assert "PRELOAD_WINDOWS" in message.msg
+
+
+def test_several_problems_are_all_reported(delayjobs_settings):
+    delayjobs_settings(CONCURRENCY=0, KEY_PREFIX="", TYPO=1)
+    assert sorted(ids(check_settings())) == ["delayjobs.E007", "delayjobs.E009", "delayjobs.W001"]
+
+
+def test_checks_are_registered_with_django(delayjobs_settings):
+    delayjobs_settings(PRELOAD_INTERVAL=60, PRELOAD_WINDOW=30)
+    assert delayjobs_ids(checks.run_checks()) == ["delayjobs.E006"]
+    assert delayjobs_ids(checks.run_checks(tags=[checks.Tags.compatibility])) == ["delayjobs.E006"]
+
+
+# Job type declarations ---------------------------------------------------------------
+
+
+@pytest.fixture
+def clean_registry() -> Iterator[None]:
+    """Whatever a test registers is gone afterwards; what was registered before stays."""
+    before = {name: registry.get(name) for name in registry.names()}
+    yield
+    for name in registry.names():
+        if name not in before:
+            registry.remove(name)
+    assert {name: registry.get(name) for name in registry.names()} == before
+
+
+def make_type(**attrs) -> type[delayjobs.JobType]:
+    attrs.setdefault("name", "tests.temporary")
+    if attrs.pop("with_execute", True):
+        attrs.setdefault("execute", lambda self, job: None)
+    return type("Temporary", (delayjobs.JobType,), attrs)
+
+
+def test_register_adds_a_valid_job_type(clean_registry):
+    cls = delayjobs.register(make_type(queue="emails", max_attempts=None))
+    assert cls.name in registry
+    assert type(registry.get(cls.name)) is cls
+    assert "emails" in registry.queues()
+    assert repr(registry.get(cls.name)) == "<JobType 'tests.temporary' queue='emails'>"
+
+
+@pytest.mark.parametrize("thing", [object, object(), "tests.scripted", len])
+def test_register_refuses_what_is_not_a_job_type_class(clean_registry, thing):
+    with pytest.raises(ImproperlyConfigured, match="JobType subclass"):
+        delayjobs.register(thing)
+
+
+def test_register_refuses_a_job_type_without_execute(clean_registry):
+    with pytest.raises(ImproperlyConfigured, match="execute"):
+        delayjobs.register(make_type(with_execute=False))
+    assert "tests.temporary" not in registry
+
+
+@pytest.mark.parametrize(
+    ("attrs", "attribute"),
+    [
+        ({"name": ""}, "name"),
+        ({"name": "has space"}, "name"),
+        ({"name": "x" * 201}, "name"),
+        ({"name": 5}, "name"),
+        ({"queue": ""}, "queue"),
+        ({"queue": "a b"}, "queue"),
+        ({"queue": "a{b}"}, "queue"),
+        ({"queue": None}, "queue"),
+        ({"max_attempts": 0}, "max_attempts"),
+        ({"max_attempts": -2}, "max_attempts"),
+        ({"max_attempts": True}, "max_attempts"),
+        ({"max_attempts": "3"}, "max_attempts"),
+        ({"max_attempts": 2.0}, "max_attempts"),
+        ({"time_to_run": 30}, "time_to_run"),
+        ({"time_to_run": timedelta(0)}, "time_to_run"),
+        ({"time_to_run": timedelta(seconds=-1)}, "time_to_run"),
+        ({"retry_backoff_base": 1}, "retry_backoff_base"),
+        ({"retry_backoff_cap": timedelta(0)}, "retry_backoff_cap"),
+    ],
+)
+def test_register_refuses_a_bad_declaration_naming_the_attribute(clean_registry, attrs, attribute):
+    cls = make_type(**attrs)
+    with pytest.raises(ImproperlyConfigured, match=attribute):
+        delayjobs.register(cls)
+    assert cls.name not in registry
+
+
+def test_register_refuses_a_second_class_with_the_same_name(clean_registry):
+    first = delayjobs.register(make_type(name="tests.twice"))
+    second = make_type(name="tests.twice")
+    second.__qualname__ = "OtherTemporary"
+    with pytest.raises(ImproperlyConfigured, match="registered twice"):
+        delayjobs.register(second)
+    assert type(registry.get("tests.twice")) is first
+
+
+def test_register_refuses_a_class_stealing_a_registered_name(clean_registry):
+    original = registry.get("tests.scripted")
+    with pytest.raises(ImproperlyConfigured, match="registered twice"):
+        delayjobs.register(make_type(name="tests.scripted"))
+    assert registry.get("tests.scripted") is original
+
+
+def test_registering_the_same_class_again_is_harmless(clean_registry):
+    cls = delayjobs.register(make_type(name="tests.again"))
+    assert delayjobs.register(cls) is cls
+    assert registry.names().count("tests.again") == 1
+
+
+def test_registry_get_of_an_unknown_name_raises_unknown_job_type():
+    with pytest.raises(delayjobs.UnknownJobType):
+        registry.get("tests.nope")
+    with pytest.raises(delayjobs.UnknownJobType):
+        registry.get(["unhashable"])
+
+
+def test_job_types_are_autodiscovered_from_installed_apps():
+    names = registry.names()
+    assert {"tests.scripted", "tests.noop", "orders.close_unpaid"} <= set(names)
+    assert {"meetings.remind", "meetings.start", "meetings.end"} <= set(names)
+
+
+def test_default_retry_delay_backs_off_exponentially_with_jitter_and_a_cap():
+    class Job:
+        attempts = 1
+
+    jobtype = delayjobs.JobType()
+    job = Job()
+    base = delayjobs.JobType.retry_backoff_base
+    for attempts in (1, 2, 3, 4):
+        job.attempts = attempts
+        delay = jobtype.retry_delay(job, RuntimeError())
+        ceiling = base * 2 ** (attempts - 1)
+        assert ceiling / 2 <= delay <= ceiling
+    job.attempts = 10_000  # never overflows, never exceeds the cap
+    assert jobtype.retry_delay(job, RuntimeError()) <= delayjobs.JobType.retry_backoff_cap
