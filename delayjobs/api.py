@@ -17,6 +17,7 @@ from django.db import IntegrityError, router, transaction
 from django.utils import timezone
 
 from delayjobs import transitions
+from delayjobs.bulk import insert_jobs
 from delayjobs.exceptions import DuplicateJob, InvalidJob, JobNotFound
 from delayjobs.handoff import index_on_commit, unindex_on_commit
 from delayjobs.jobtypes import QUEUE_PATTERN, JobType, registry
@@ -42,7 +43,7 @@ class JobSpec:
     replace: bool
 
     def new_job(self) -> DelayedJob:
-        return DelayedJob(
+        return DelayedJob.build(
             job_type=self.job_type,
             payload=self.payload,
             run_at=self.run_at,
@@ -107,7 +108,8 @@ def schedule_many(specs: Iterable[Mapping[str, Any]]) -> list[DelayedJob]:
 
     Each spec is a dict of ``schedule`` keyword arguments plus ``job_type``.
     """
-    built = [_build_indexed_spec(index, spec) for index, spec in enumerate(specs)]
+    now = timezone.now()  # one "now" for the batch: same delays give the same run_at
+    built = [_build_indexed_spec(index, spec, now) for index, spec in enumerate(specs)]
     if not built:
         return []
     _refuse_repeated_keys(built)
@@ -123,16 +125,15 @@ def schedule_many(specs: Iterable[Mapping[str, Any]]) -> list[DelayedJob]:
                 fresh.append((position, spec.new_job()))
             else:
                 jobs_by_position[position] = _replace(holder, spec, using)
+        created = [job for _position, job in fresh]
         try:
             with transaction.atomic(using=using):
-                created = DelayedJob.objects.using(using).bulk_create(
-                    [job for _position, job in fresh], batch_size=500
-                )
+                insert_jobs(created, using)
         except IntegrityError:
             # Another transaction took one of the keys since we looked.
             _raise_if_key_taken([spec.key for spec in keyed if spec.key], using)
             raise
-        for (position, _job), job in zip(fresh, created, strict=True):
+        for position, job in fresh:
             jobs_by_position[position] = job
         jobs = [jobs_by_position[position] for position in range(len(built))]
         index_on_commit([_entry(job) for job in created], using)
@@ -198,8 +199,12 @@ def build_spec(
     queue: Any = None,
     max_attempts: Any = None,
     replace: Any = False,
+    now: datetime | None = None,
 ) -> JobSpec:
-    """Check and normalise ``schedule`` arguments; raise ``InvalidJob`` with the reason."""
+    """Check and normalise ``schedule`` arguments; raise ``InvalidJob`` with the reason.
+
+    ``now`` is what ``delay`` counts from (default: the current time).
+    """
     jobtype = registry.resolve(job_type)
     if not isinstance(replace, bool):
         raise InvalidJob(f"replace must be True or False, got {replace!r}.")
@@ -208,7 +213,7 @@ def build_spec(
     return JobSpec(
         job_type=jobtype.name,
         payload=normalize_payload(payload),
-        run_at=resolve_run_at(run_at, delay, timezone.now()),
+        run_at=resolve_run_at(run_at, delay, now or timezone.now()),
         key=_check_key(key),
         queue=_check_queue(jobtype.queue if queue is None else queue),
         max_attempts=_check_max_attempts(
@@ -283,7 +288,7 @@ def _check_max_attempts(value: Any) -> int | None:
     return value
 
 
-def _build_indexed_spec(index: int, spec: Any) -> JobSpec:
+def _build_indexed_spec(index: int, spec: Any, now: datetime) -> JobSpec:
     if not isinstance(spec, Mapping):
         raise InvalidJob(f"specs[{index}] must be a dict of schedule() arguments, got {spec!r}.")
     unknown = set(spec) - SPEC_FIELDS
@@ -292,7 +297,7 @@ def _build_indexed_spec(index: int, spec: Any) -> JobSpec:
     if "job_type" not in spec:
         raise InvalidJob(f"specs[{index}] has no job_type.")
     try:
-        return build_spec(**spec)
+        return build_spec(**spec, now=now)
     except InvalidJob as exc:
         exc.args = (f"specs[{index}]: {exc}",)
         raise

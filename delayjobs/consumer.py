@@ -31,6 +31,7 @@ from redis import RedisError
 
 from delayjobs import preloader, transitions
 from delayjobs.conf import settings
+from delayjobs.db import drop_broken_connections
 from delayjobs.exceptions import UnknownJobType
 from delayjobs.handoff import index_due_soon
 from delayjobs.jobtypes import JobType, registry
@@ -43,6 +44,9 @@ logger = logging.getLogger("delayjobs.consumer")
 
 #: Back-off after the database or Redis failed in the main loop.
 ERROR_BACKOFF = 1.0
+#: In a backlog, how long a free slot may wait for others to free up, so that one claim
+#: fills many slots instead of one claim (a Redis and a database round trip) per slot.
+REFILL_WAIT = 0.002
 
 
 def default_worker_id() -> str:
@@ -77,6 +81,9 @@ class Consumer:
         self._drained = threading.Event()
         self._in_flight: dict[int, DelayedJob] = {}
         self._last_claim: datetime | None = None
+        self._backlog = False  # the last pop left due jobs behind
+        self._refill_at = self.concurrency
+        self._refill_deadline: float | None = None
         self._failing: str | None = None  # what is down, logged once per change
         self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="delayjobs-worker")
         self._recorder = Recorder(on_retries=index_due_soon, on_idle=self.wake)
@@ -152,14 +159,16 @@ class Consumer:
                 seen = self._wake_seq
             try:
                 free = self.concurrency - len(self._in_flight)
-                if free > 0 and self._claim_and_start(free):
-                    self._recovered()
-                    continue  # more may be due right now: look again before sleeping
-                timeout = self._time_to_next(free)
+                timeout = self._refill_wait(free)
+                if timeout is None:
+                    if free > 0 and self._claim_and_start(free):
+                        self._recovered()
+                        continue  # more may be due right now: look again before sleeping
+                    timeout = self._time_to_next(free)
                 self._recovered()
             except (DatabaseError, RedisError) as exc:
                 self._failed(exc)
-                close_old_connections()
+                drop_broken_connections()
                 timeout = ERROR_BACKOFF
             if timeout is None:  # burst mode and nothing left to do
                 return
@@ -167,17 +176,37 @@ class Consumer:
                 if not self._stopping and self._wake_seq == seen:
                     self._cond.wait(timeout)
 
+    def _refill_wait(self, free: int) -> float | None:
+        """In a backlog, seconds to let more slots free up before popping; None: go on now.
+
+        Jobs in a backlog are late already; batching their claims drains it faster. A
+        job due while there is no backlog is never held back.
+        """
+        if not self._backlog or free <= 0 or free >= self._refill_at:
+            self._refill_deadline = None
+            return None
+        now = time.monotonic()
+        if self._refill_deadline is None:
+            self._refill_deadline = now + REFILL_WAIT
+        if now >= self._refill_deadline:
+            self._refill_deadline = None
+            return None
+        return self._refill_deadline - now
+
     def _claim_and_start(self, free: int) -> int:
         popped: dict[int, tuple[str, float]] = {}
         now = time.time()
+        backlog = False
         for queue in self.queues:
-            for pk, score in self.store.pop_due(queue, now, free - len(popped)):
+            taken, more_due = self.store.pop_due(queue, now, free - len(popped))
+            backlog = backlog or more_due
+            for pk, score in taken:
                 popped[pk] = (queue, score)
             if len(popped) >= free:
                 break
+        self._backlog = backlog
         if not popped:
             return 0
-        close_old_connections()
         try:
             jobs = transitions.claim(
                 list(popped),
@@ -248,8 +277,19 @@ class Consumer:
 
     def _execute(self, job: DelayedJob) -> None:
         """Run one claimed job in a worker thread and hand its outcome to the recorder."""
+        try:
+            self._recorder.put(self._run_job(job))
+        finally:
+            with self._cond:
+                self._in_flight.pop(job.pk, None)
+                self.processed += 1
+                self._wake_seq += 1
+                self._cond.notify_all()
+
+    def _run_job(self, job: DelayedJob) -> Outcome:
         error = tb = ""
         retry_at = None
+        # The job's own queries get request semantics: CONN_MAX_AGE applies around each job.
         close_old_connections()
         started = timezone.now()
         try:
@@ -260,23 +300,17 @@ class Consumer:
             tb = traceback.format_exc()
             retry_at = self._retry_at(job, exc)
         finished = timezone.now()
-        self._recorder.put(
-            Outcome(
-                job=job,
-                worker_id=self.worker_id,
-                started_at=started,
-                finished_at=finished,
-                error=error,
-                traceback=tb,
-                retry_at=retry_at,
-            )
-        )
+        close_old_connections()
         self._log_outcome(job, started, finished, error, retry_at)
-        with self._cond:
-            self._in_flight.pop(job.pk, None)
-            self.processed += 1
-            self._wake_seq += 1
-            self._cond.notify_all()
+        return Outcome(
+            job=job,
+            worker_id=self.worker_id,
+            started_at=started,
+            finished_at=finished,
+            error=error,
+            traceback=tb,
+            retry_at=retry_at,
+        )
 
     def _retry_at(self, job: DelayedJob, exc: BaseException) -> datetime | None:
         if job.max_attempts is not None and job.attempts >= job.max_attempts:
@@ -374,7 +408,7 @@ class Consumer:
             by_lease: dict[timedelta, list[int]] = defaultdict(list)
             for job in running:
                 by_lease[_time_to_run(job)].append(job.pk)
-            close_old_connections()
+            drop_broken_connections()
             try:
                 transitions.renew_leases(by_lease, worker_id=self.worker_id)
             except DatabaseError as exc:

@@ -5,8 +5,11 @@ State changes are not made here: ``delayjobs.transitions`` owns every one of the
 
 from __future__ import annotations
 
-import uuid
+import functools
+import os
+from collections.abc import Callable
 from datetime import datetime
+from typing import Any
 
 from django.db import models
 from django.db.models import Q
@@ -29,7 +32,8 @@ RETRYABLE_STATUSES = (JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.SUCCEEDED
 
 
 def new_trace_id() -> str:
-    return uuid.uuid4().hex
+    """128 random bits as 32 hex digits: the shape of a W3C Trace Context trace-id."""
+    return os.urandom(16).hex()
 
 
 class DelayedJobQuerySet(models.QuerySet["DelayedJob"]):
@@ -118,6 +122,15 @@ class DelayedJob(models.Model):
     def __str__(self) -> str:
         return f"{self.job_type} #{self.pk} ({self.status})"
 
+    @classmethod
+    def build(cls, **values: Any) -> DelayedJob:
+        """A new, unsaved job: ``DelayedJob(**values)``, but faster, for bulk scheduling.
+
+        Positional construction skips Model.__init__'s per-keyword work; every field not
+        given takes its own default, exactly as with keywords.
+        """
+        return cls(*[values[name] if name in values else make() for name, make in _defaults()])
+
     @property
     def is_active(self) -> bool:
         return self.status in ACTIVE_STATUSES
@@ -126,6 +139,11 @@ class DelayedJob(models.Model):
     def due_timestamp(self) -> float:
         """``run_at`` as the Redis score (seconds since the epoch)."""
         return self.run_at.timestamp()
+
+
+@functools.cache
+def _defaults() -> list[tuple[str, Callable[[], Any]]]:
+    return [(field.attname, field.get_default) for field in DelayedJob._meta.concrete_fields]
 
 
 class AttemptOutcome(models.TextChoices):

@@ -12,15 +12,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from django.db import close_old_connections
 from django.utils import timezone
 
 from delayjobs.api import schedule
 from delayjobs.conf import settings
+from delayjobs.db import drop_broken_connections
 from delayjobs.exceptions import DuplicateJob, InvalidJob
 from delayjobs.jobtypes import JobType, registry
 from delayjobs.models import DelayedJob
@@ -120,23 +119,17 @@ def load_window(store: RedisStore, horizon: datetime) -> int:
             return loaded
 
 
-def run_forever(
-    stop: threading.Event, on_error: Callable[[BaseException], None] | None = None
-) -> None:
+def run_forever(stop: threading.Event) -> None:
     """Run a pass every PRELOAD_INTERVAL until ``stop`` is set; errors are logged, not fatal."""
     while not stop.is_set():
         started = time.monotonic()
-        close_old_connections()
+        drop_broken_connections()
         try:
             result = preload()
             # Routine passes are debug noise; recovering leases or planning jobs is news.
             notable = result.reaped or result.planned or result.errors
             logger.log(logging.INFO if notable else logging.DEBUG, "Pre-loader pass: %s", result)
-        except Exception as exc:
+        except Exception:
             logger.exception("Pre-loader pass failed; trying again next interval")
-            if on_error is not None:
-                on_error(exc)
-        finally:
-            close_old_connections()
         elapsed = time.monotonic() - started
         stop.wait(max(0.0, settings.PRELOAD_INTERVAL.total_seconds() - elapsed))

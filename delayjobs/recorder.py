@@ -14,8 +14,9 @@ import threading
 import time
 from collections.abc import Callable
 
-from django.db import DatabaseError, close_old_connections, connections
+from django.db import DatabaseError, connections
 
+from delayjobs.db import drop_broken_connections
 from delayjobs.redis_store import IndexEntry
 from delayjobs.transitions import Outcome, record_outcomes
 
@@ -86,7 +87,7 @@ class Recorder:
     def _write(self, batch: list[Outcome], stopping: bool) -> None:
         delay = 0.1
         while True:
-            close_old_connections()
+            drop_broken_connections()
             try:
                 retries = record_outcomes(batch)
                 break

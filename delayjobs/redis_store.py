@@ -38,13 +38,15 @@ return #ARGV / 2
 """
 
 # Atomically remove and return at most ARGV[2] (id, score) pairs due at or before ARGV[1],
-# earliest first, as a flat list.
+# earliest first, as a flat list after one flag: 1 if more are due than were taken.
 POP_DUE_LUA = """
 local found = redis.call(
   'ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[2]))
 local ids = {}
 for i = 1, #found, 2 do ids[#ids + 1] = found[i] end
 if #ids > 0 then redis.call('ZREM', KEYS[1], unpack(ids)) end
+local more = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, 1)
+table.insert(found, 1, #more)
 return found
 """
 
@@ -191,13 +193,19 @@ class RedisStore:
             pipe.zrem(due_key(queue), *members)
         pipe.execute()
 
-    def pop_due(self, queue: str, now: float, limit: int) -> list[tuple[int, float]]:
-        """Atomically take at most ``limit`` (id, score) pairs due by ``now`` off ``queue``."""
+    def pop_due(self, queue: str, now: float, limit: int) -> tuple[list[tuple[int, float]], bool]:
+        """Atomically take at most ``limit`` (id, score) pairs due by ``now`` off ``queue``.
+
+        Also says whether more were due than taken: a backlog, which the consumer drains
+        in larger batches.
+        """
         if limit <= 0:
-            return []
+            return [], False
         limit = min(limit, SCRIPT_CHUNK)
-        raw = self._pop_due(keys=[due_key(queue)], args=[repr(now), limit]) or []
-        return [(int(_decode(raw[i])), float(raw[i + 1])) for i in range(0, len(raw), 2)]
+        raw = self._pop_due(keys=[due_key(queue)], args=[repr(now), limit])
+        more_due, found = bool(int(raw[0])), raw[1:]
+        taken = [(int(_decode(found[i])), float(found[i + 1])) for i in range(0, len(found), 2)]
+        return taken, more_due
 
     def next_due(self, queues: Iterable[str]) -> float | None:
         """The earliest score over ``queues``, or None if all are empty."""

@@ -19,6 +19,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Case, DateTimeField, F, QuerySet, Value, When
 from django.utils import timezone
 
+from delayjobs.db import update_returning
 from delayjobs.exceptions import DuplicateJob, InvalidTransition
 from delayjobs.models import (
     RETRYABLE_STATUSES,
@@ -48,8 +49,9 @@ def claim(
 ) -> list[DelayedJob]:
     """``scheduled -> running`` for the due rows among ``ids``, in one UPDATE.
 
-    ``now`` doubles as the claim's token: the caller gives every claim a distinct value,
-    so the follow-up SELECT returns exactly the rows this call won.
+    With ``UPDATE ... RETURNING`` the rows won come back in the same round trip.
+    Elsewhere ``now`` doubles as the claim's token: the caller gives every claim a
+    distinct value, so the follow-up SELECT returns exactly the rows this call won.
     """
     if not ids:
         return []
@@ -58,17 +60,21 @@ def claim(
         default=Value(now + default_lease),
         output_field=DateTimeField(),
     )
-    won = DelayedJob.objects.filter(
+    due = DelayedJob.objects.filter(
         pk__in=ids, status=JobStatus.SCHEDULED, run_at__lte=now + CLAIM_TOLERANCE
-    ).update(
-        status=JobStatus.RUNNING,
-        attempts=F("attempts") + 1,
-        worker_id=worker_id,
-        started_at=now,
-        finished_at=None,
-        lease_expires_at=lease_expires_at,
     )
-    if not won:
+    changes = {
+        "status": JobStatus.RUNNING,
+        "attempts": F("attempts") + 1,
+        "worker_id": worker_id,
+        "started_at": now,
+        "finished_at": None,
+        "lease_expires_at": lease_expires_at,
+    }
+    claimed = update_returning(due, **changes)
+    if claimed is not None:
+        return claimed
+    if not due.update(**changes):
         return []
     return list(
         DelayedJob.objects.filter(

@@ -301,6 +301,17 @@ def find_postgres_bin() -> Path:
     )
 
 
+#: No flush to disk on commit: fine for throwaway test data, never for real data.
+FAST_UNSAFE_OPTIONS = (
+    "-c",
+    "fsync=off",
+    "-c",
+    "synchronous_commit=off",
+    "-c",
+    "full_page_writes=off",
+)
+
+
 class PostgresServer(_Service):
     """A throwaway PostgreSQL cluster, trust auth on 127.0.0.1, tuned for speed not safety.
 
@@ -312,8 +323,14 @@ class PostgresServer(_Service):
     name = "delayjobs"
     host = LOOPBACK
 
-    def __init__(self, port: int | None = None) -> None:
+    def __init__(self, port: int | None = None, *, durable: bool = False) -> None:
+        """``durable=False`` (tests) trades crash safety for speed: no fsync on commit.
+
+        ``durable=True`` keeps PostgreSQL's defaults, as a production server runs, for
+        benchmarks whose figures must mean something outside this machine.
+        """
         self._requested_port = port
+        self.durable = durable
         self.port: int | None = port
         self._root: Path | None = None
         self._process: subprocess.Popen[bytes] | None = None
@@ -449,13 +466,8 @@ class PostgresServer(_Service):
                     "-c",
                     f"listen_addresses={LOOPBACK}",
                     "-c",
-                    "fsync=off",
-                    "-c",
-                    "synchronous_commit=off",
-                    "-c",
-                    "full_page_writes=off",
-                    "-c",
                     "max_connections=200",
+                    *([] if self.durable else FAST_UNSAFE_OPTIONS),
                 ],
                 stdout=log,
                 stderr=subprocess.STDOUT,

@@ -44,7 +44,7 @@ def test_two_key_prefixes_do_not_see_each_other(store, settings, redis_client):
     settings.DELAYJOBS = {**settings.DELAYJOBS, "KEY_PREFIX": "other-project"}
     assert due_key("default") == "other-project:{default}:due"
     assert store.members("default") == {}
-    assert store.pop_due("default", 100.0, 10) == []
+    assert store.pop_due("default", 100.0, 10) == ([], False)
     store.add([(2, "default", 20.0)])
     assert store.members("default") == {2: 20.0}
     settings.DELAYJOBS = {**settings.DELAYJOBS, "KEY_PREFIX": "dj-test"}
@@ -107,27 +107,27 @@ def test_remove_drops_only_the_given_members(store):
 def test_pop_due_returns_due_ids_earliest_first_up_to_the_limit(store):
     store.add([(5, "default", 105.0), (3, "default", 103.0), (1, "default", 101.0)])
     store.add([(4, "default", 104.0), (2, "default", 102.0), (9, "default", 500.0)])
-    assert store.pop_due("default", 104.5, 2) == [(1, 101.0), (2, 102.0)]
-    assert store.pop_due("default", 104.5, 10) == [(3, 103.0), (4, 104.0)]
-    assert store.pop_due("default", 104.5, 10) == []
+    assert store.pop_due("default", 104.5, 2) == ([(1, 101.0), (2, 102.0)], True)
+    assert store.pop_due("default", 104.5, 10) == ([(3, 103.0), (4, 104.0)], False)
+    assert store.pop_due("default", 104.5, 10) == ([], False)
     assert store.members("default") == {5: 105.0, 9: 500.0}
 
 
 def test_pop_due_includes_a_job_due_exactly_now(store):
     store.add([(1, "default", 100.0)])
-    assert store.pop_due("default", 100.0, 1) == [(1, 100.0)]
+    assert store.pop_due("default", 100.0, 1) == ([(1, 100.0)], False)
 
 
 def test_pop_due_with_no_free_slot_takes_nothing(store):
     store.add([(1, "default", 1.0)])
-    assert store.pop_due("default", 100.0, 0) == []
-    assert store.pop_due("default", 100.0, -3) == []
+    assert store.pop_due("default", 100.0, 0) == ([], False)
+    assert store.pop_due("default", 100.0, -3) == ([], False)
     assert store.size("default") == 1
 
 
 def test_pop_due_of_another_queue_leaves_this_one(store):
     store.add([(1, "a", 1.0)])
-    assert store.pop_due("b", 100.0, 10) == []
+    assert store.pop_due("b", 100.0, 10) == ([], False)
     assert store.size("a") == 1
 
 
@@ -143,7 +143,7 @@ def test_pop_due_is_atomic_under_concurrent_consumers(redis_client):
         try:
             store = RedisStore(client)
             start.wait()
-            while batch := store.pop_due("default", float(count), 7):
+            while batch := store.pop_due("default", float(count), 7)[0]:
                 assert len(batch) <= 7
                 popped[slot].extend(batch)
         finally:
@@ -323,4 +323,4 @@ def test_store_can_reuse_a_django_redis_cache_connection(settings, redis_client)
     assert describe_target() == "django-redis cache 'jobs'"
     get_store().add([(3, "default", 30.0)])
     assert redis_client.zscore(due_key("default"), "3") == 30.0
-    assert get_store().pop_due("default", 31.0, 5) == [(3, 30.0)]
+    assert get_store().pop_due("default", 31.0, 5) == ([(3, 30.0)], False)

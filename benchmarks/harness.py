@@ -1,0 +1,305 @@
+"""What every benchmark needs: servers, Django set-up, a consumer process, clean state,
+waiting for jobs to finish, statistics and machine information.
+
+Django is imported lazily (after ``setup_django``), so that this module can be imported
+before the servers exist and the settings can be read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sampleproject.services import PostgresServer, RedisServer, pdeathsig_preexec
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SETTINGS_MODULE = "benchmarks.settings"
+# How the driver tells benchmarks.settings (in itself and in consumers) where the servers are.
+DATABASE_ENV = "DELAYJOBS_BENCH_DATABASE"
+REDIS_URL_ENV = "DELAYJOBS_BENCH_REDIS_URL"
+CONN_MAX_AGE_ENV = "DELAYJOBS_BENCH_CONN_MAX_AGE"
+CONSUMER_READY_TIMEOUT = 30.0
+CONSUMER_STOP_TIMEOUT = 60.0
+POLL_INTERVAL = 0.1
+
+
+# Servers and Django ---------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def services(*, durable: bool = True) -> Iterator[tuple[PostgresServer, RedisServer]]:
+    """A fresh PostgreSQL and Redis on 127.0.0.1, exported to the environment, then stopped.
+
+    PostgreSQL is durable (fsync on commit, as in production) unless told otherwise.
+    """
+    postgres = PostgresServer(durable=durable)
+    redis_server = RedisServer()
+    try:
+        postgres.start()
+        redis_server.start()
+        os.environ[DATABASE_ENV] = json.dumps(postgres.settings_dict())
+        os.environ[REDIS_URL_ENV] = redis_server.url
+        yield postgres, redis_server
+    finally:
+        # Each stop() signals its own server by pid; a failing one must not skip the other.
+        with contextlib.suppress(Exception):
+            redis_server.stop()
+        postgres.stop()
+
+
+def setup_django() -> None:
+    """Configure Django from ``benchmarks.settings`` and migrate the fresh database."""
+    os.environ["DJANGO_SETTINGS_MODULE"] = SETTINGS_MODULE
+    import django
+    from django.core.management import call_command
+
+    django.setup()
+    call_command("migrate", verbosity=0, interactive=False)
+
+
+def reset_state() -> None:
+    """Empty the job tables and Redis, so that each run starts from nothing."""
+    from django.db import connection
+
+    from delayjobs.models import DelayedJob, JobAttempt
+    from delayjobs.redis_store import get_client
+
+    tables = ", ".join(
+        connection.ops.quote_name(model._meta.db_table) for model in (JobAttempt, DelayedJob)
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(f"TRUNCATE {tables} RESTART IDENTITY")
+        cursor.execute(f"VACUUM ANALYZE {tables}")
+    get_client().flushdb()
+
+
+# The consumer ---------------------------------------------------------------------------
+
+
+class Consumer:
+    """``manage.py run_delay_consumer`` as a real subprocess, stopped by its pid."""
+
+    def __init__(self, concurrency: int, log_path: Path) -> None:
+        self.concurrency = concurrency
+        self.log_path = log_path
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int:
+        if self._process is None:
+            raise RuntimeError("consumer not started")
+        return self._process.pid
+
+    def start(self, queue: str) -> Consumer:
+        command = [
+            sys.executable,
+            "manage.py",
+            "run_delay_consumer",
+            "--concurrency",
+            str(self.concurrency),
+            "--verbosity",
+            "0",
+        ]
+        with open(self.log_path, "ab") as log:
+            self._process = subprocess.Popen(
+                command,
+                cwd=REPO_ROOT,
+                env={**os.environ, "DJANGO_SETTINGS_MODULE": SETTINGS_MODULE},
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                preexec_fn=pdeathsig_preexec(os.getpid()),
+            )
+        self._wait_until_listening(queue)
+        return self
+
+    def _wait_until_listening(self, queue: str) -> None:
+        """Ready once it subscribed to the queue's wake channel (its main loop runs)."""
+        from delayjobs.redis_store import get_client, wake_channel
+
+        channel = wake_channel(queue)
+        deadline = time.monotonic() + CONSUMER_READY_TIMEOUT
+        while time.monotonic() < deadline:
+            self._raise_if_exited()
+            if dict(get_client().pubsub_numsub(channel)).get(channel.encode(), 0) > 0:
+                return
+            time.sleep(0.05)
+        raise RuntimeError(f"consumer not ready after {CONSUMER_READY_TIMEOUT:.0f}s.\n{self.log()}")
+
+    def _raise_if_exited(self) -> None:
+        if self._process is not None and self._process.poll() is not None:
+            raise RuntimeError(
+                f"consumer exited with code {self._process.returncode}.\n{self.log()}"
+            )
+
+    def stop(self) -> None:
+        """SIGTERM (finish running jobs, exit), then SIGKILL if it takes too long."""
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
+            return
+        os.kill(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=CONSUMER_STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            os.kill(process.pid, signal.SIGKILL)
+            process.wait()
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-4000:]
+        except OSError:
+            return "(no log)"
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+
+# Waiting and measuring ------------------------------------------------------------------
+
+
+def wait_until_final(expected: int, timeout: float) -> bool:
+    """Poll the database until ``expected`` jobs reached a final status; False on timeout."""
+    from delayjobs.models import DelayedJob, JobStatus
+
+    final = (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)
+    deadline = time.monotonic() + timeout
+    while True:
+        if DelayedJob.objects.filter(status__in=final).count() >= expected:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(POLL_INTERVAL)
+
+
+@dataclass(frozen=True)
+class Executions:
+    """What the attempt rows say about one run."""
+
+    jobs: int
+    lateness_ms: list[float]
+    missing: int  # jobs that did not succeed
+    duplicates: int  # attempt rows beyond the first of each job
+    first_start: datetime | None
+    last_finish: datetime | None
+    last_recorded: datetime | None  # when the last job row was marked finished
+    claim_batches: int  # distinct claim times: conditional UPDATEs that won jobs
+    record_batches: int  # distinct recording times: recorder transactions
+
+
+def collect_executions() -> Executions:
+    from django.db.models import Count, Max, Min
+
+    from delayjobs.models import DelayedJob, JobAttempt, JobStatus
+
+    attempts = JobAttempt.objects.all()
+    lateness_ms = [
+        value.total_seconds() * 1000 for value in attempts.values_list("lateness", flat=True)
+    ]
+    span = attempts.aggregate(first=Min("started_at"), last=Max("finished_at"))
+    per_job = attempts.values("job_id").annotate(n=Count("id"))
+    duplicates = sum(row["n"] - 1 for row in per_job.filter(n__gt=1))
+    jobs = DelayedJob.objects.count()
+    return Executions(
+        jobs=jobs,
+        lateness_ms=lateness_ms,
+        missing=jobs - DelayedJob.objects.filter(status=JobStatus.SUCCEEDED).count(),
+        duplicates=duplicates,
+        first_start=span["first"],
+        last_finish=span["last"],
+        last_recorded=DelayedJob.objects.aggregate(last=Max("finished_at"))["last"],
+        claim_batches=DelayedJob.objects.order_by().values("started_at").distinct().count(),
+        record_batches=DelayedJob.objects.order_by().values("finished_at").distinct().count(),
+    )
+
+
+def percentile(values: Sequence[float], fraction: float) -> float | None:
+    """Linear interpolation between closest ranks (like numpy's default); None if empty."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * fraction
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def lateness_summary(values: Sequence[float]) -> dict[str, float | None]:
+    return {
+        "p50": percentile(values, 0.50),
+        "p95": percentile(values, 0.95),
+        "p99": percentile(values, 0.99),
+        "max": max(values) if values else None,
+    }
+
+
+def median(values: Sequence[float | None]) -> float | None:
+    present = sorted(value for value in values if value is not None)
+    if not present:
+        return None
+    middle = len(present) // 2
+    if len(present) % 2:
+        return present[middle]
+    return (present[middle - 1] + present[middle]) / 2
+
+
+# Machine information --------------------------------------------------------------------
+
+
+def machine_info() -> dict[str, Any]:
+    import django
+    from django.db import connection
+
+    from delayjobs.redis_store import get_client
+
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW server_version")
+        postgres_version = cursor.fetchone()[0]
+    return {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "nproc": os.cpu_count(),
+        "cpu_model": _cpu_model(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "django": django.get_version(),
+        "postgresql": postgres_version,
+        "redis": get_client().info("server").get("redis_version"),
+        "commit": _git_commit(),
+        "load_average_at_start": load_average(),
+    }
+
+
+def load_average() -> list[float]:
+    """1, 5 and 15 minute load averages: other work on the machine distorts the numbers."""
+    return [round(value, 2) for value in os.getloadavg()]
+
+
+def _cpu_model() -> str:
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown"
+
+
+def _git_commit() -> str:
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, check=False
+        ).stdout.strip()
+
+    commit = git("rev-parse", "--short", "HEAD") or "none"
+    return f"{commit}+dirty" if git("status", "--porcelain") else commit
