@@ -8,6 +8,7 @@ that transaction commits; a rollback leaves no job anywhere. Bad arguments raise
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -18,13 +19,16 @@ from django.utils import timezone
 
 from delayjobs import transitions
 from delayjobs.bulk import insert_jobs
-from delayjobs.exceptions import DuplicateJob, InvalidJob, JobNotFound
+from delayjobs.exceptions import DuplicateJob, InvalidJob, InvalidTransition, JobNotFound
 from delayjobs.handoff import index_on_commit, unindex_on_commit
 from delayjobs.jobtypes import QUEUE_PATTERN, JobType, registry
 from delayjobs.models import DelayedJob, JobStatus
 from delayjobs.redis_store import IndexEntry
 
 KEY_MAX_LENGTH = DelayedJob._meta.get_field("key").max_length
+#: A NUL character as json.dumps writes it: \u0000 after an even run of backslashes (an
+#: odd run would make it a literal backslash followed by "u0000").
+ESCAPED_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 SPEC_FIELDS = frozenset(
     {"job_type", "payload", "run_at", "delay", "key", "queue", "max_attempts", "replace"}
 )
@@ -165,10 +169,13 @@ def reschedule(
     using = router.db_for_write(DelayedJob)
     with transaction.atomic(using=using):
         target = _select(job, key).select_for_update().first()
-        if target is None or target.status != JobStatus.SCHEDULED:
-            what = f"job {_describe(job, key)}"
-            state = f" is {target.status}" if target is not None else " does not exist"
-            raise JobNotFound(f"Cannot reschedule {what}: it{state}; only a scheduled job moves.")
+        if target is None:
+            raise JobNotFound(f"Cannot reschedule job {_describe(job, key)}: no such job.")
+        if target.status != JobStatus.SCHEDULED:
+            raise InvalidTransition(
+                f"Cannot reschedule job {target.pk}: it is {target.status}; only a scheduled "
+                f"job moves."
+            )
         transitions.move(target, run_at=when)
         index_on_commit([_entry(target)], using, moved=True)
     return target
@@ -228,12 +235,16 @@ def normalize_payload(payload: Any) -> Any:
     if payload is None:
         return {}
     try:
-        return json.loads(json.dumps(payload, allow_nan=False))
+        text = json.dumps(payload, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise InvalidJob(
             f"The payload must be JSON-serializable (dicts, lists, strings, finite numbers, "
             f"booleans, None): {exc}. Store ids and ISO strings, not objects."
         ) from None
+    if ESCAPED_NUL.search(text):
+        # PostgreSQL's jsonb cannot hold it: refuse it everywhere, not only there.
+        raise InvalidJob("The payload must not contain NUL characters (\\u0000).")
+    return json.loads(text)
 
 
 def resolve_run_at(run_at: Any, delay: Any, now: datetime) -> datetime:
@@ -318,18 +329,24 @@ def _refuse_repeated_keys(specs: list[JobSpec]) -> None:
 
 def _schedule_keyed(spec: JobSpec, using: str) -> DelayedJob:
     assert spec.key is not None
-    holder = _lock_active_holders([spec.key], using).get(spec.key)
-    if holder is not None:
-        return _replace(holder, spec, using)
-    job = spec.new_job()
-    try:
-        with transaction.atomic(using=using):
-            job.save(force_insert=True, using=using)
-    except IntegrityError:
-        _raise_if_key_taken([spec.key], using)
-        raise
-    index_on_commit([_entry(job)], using)
-    return job
+    # Twice at most: with replace=True, losing the race to insert means another
+    # transaction just committed a job holding the key, and that is the one to move.
+    for attempt in range(2):
+        holder = _lock_active_holders([spec.key], using).get(spec.key)
+        if holder is not None:
+            return _replace(holder, spec, using)
+        job = spec.new_job()
+        try:
+            with transaction.atomic(using=using):
+                job.save(force_insert=True, using=using)
+        except IntegrityError:
+            if spec.replace and attempt == 0:
+                continue
+            _raise_if_key_taken([spec.key], using)
+            raise
+        index_on_commit([_entry(job)], using)
+        return job
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def _lock_active_holders(keys: list[str], using: str) -> dict[str, DelayedJob]:

@@ -22,6 +22,8 @@ BULK_CREATE_BATCH = 500
 
 def insert_jobs(jobs: Sequence[DelayedJob], using: str) -> None:
     """INSERT ``jobs`` (new, unsaved) and set their primary keys."""
+    if not jobs:
+        return
     connection = connections[using]
     if connection.vendor == "postgresql" and _is_psycopg3():
         _copy_into_postgresql(jobs, using)

@@ -14,7 +14,7 @@ from django.core import checks
 from delayjobs.conf import DEFAULTS, DURATION_SETTINGS, as_timedelta, raw_settings
 
 
-@checks.register(checks.Tags.compatibility)
+@checks.register("delayjobs")
 def check_settings(
     app_configs: Sequence[Any] | None = None, **kwargs: Any
 ) -> list[checks.CheckMessage]:
@@ -69,6 +69,8 @@ def _check_redis(config: dict[str, Any]) -> list[checks.CheckMessage]:
             checks.Error(
                 f"DELAYJOBS['REDIS_URL'] must be a redis://, rediss:// or unix:// URL, "
                 f"got {url!r}.",
+                hint="For example 'redis://127.0.0.1:6379/0', or 'rediss://user:pass@host/0' "
+                "for TLS.",
                 id="delayjobs.E003",
             )
         ]
@@ -106,6 +108,8 @@ def _check_durations(config: dict[str, Any]) -> list[checks.CheckMessage]:
                 checks.Error(
                     f"DELAYJOBS[{name!r}] must be a positive number of seconds or a positive "
                     f"timedelta, got {raw!r}.",
+                    hint=f"For example {name!r}: {DEFAULTS[name].total_seconds():g} (seconds), "
+                    f"or datetime.timedelta(seconds={DEFAULTS[name].total_seconds():g}).",
                     id="delayjobs.E005",
                 )
             )
@@ -133,6 +137,7 @@ def _check_scalars(config: dict[str, Any]) -> list[checks.CheckMessage]:
             messages.append(
                 checks.Error(
                     f"DELAYJOBS[{name!r}] must be a positive integer, got {value!r}.",
+                    hint=f"The default is {DEFAULTS[name]}.",
                     id="delayjobs.E007",
                 )
             )
@@ -152,6 +157,7 @@ def _check_scalars(config: dict[str, Any]) -> list[checks.CheckMessage]:
             messages.append(
                 checks.Error(
                     f"DELAYJOBS[{name!r}] must be a positive number of seconds, got {value!r}.",
+                    hint=f"The default is {DEFAULTS[name]:g} seconds.",
                     id="delayjobs.E010",
                 )
             )

@@ -47,6 +47,8 @@ ERROR_BACKOFF = 1.0
 #: In a backlog, how long a free slot may wait for others to free up, so that one claim
 #: fills many slots instead of one claim (a Redis and a database round trip) per slot.
 REFILL_WAIT = 0.002
+#: A due job whose row was locked by a caller's open transaction is tried again after this.
+LOCKED_RETRY = timedelta(milliseconds=50)
 
 
 def default_worker_id() -> str:
@@ -81,6 +83,15 @@ class Consumer:
         self._drained = threading.Event()
         self._in_flight: dict[int, DelayedJob] = {}
         self._last_claim: datetime | None = None
+        self._job_types = registry.names()
+        self._leases = {
+            jobtype.name: jobtype.time_to_run
+            for jobtype in registry
+            if jobtype.time_to_run != JobType.time_to_run
+        }
+        self._unknown_types: set[str] = set()  # warned about once each
+        self._rotation = 0  # which queue pops first: no queue starves the others
+        self._consecutive_failures = 0
         self._backlog = False  # the last pop left due jobs behind
         self._refill_at = self.concurrency
         self._refill_deadline: float | None = None
@@ -167,9 +178,8 @@ class Consumer:
                     timeout = self._time_to_next(free)
                 self._recovered()
             except (DatabaseError, RedisError) as exc:
-                self._failed(exc)
                 drop_broken_connections()
-                timeout = ERROR_BACKOFF
+                timeout = self._failed(exc)
             if timeout is None:  # burst mode and nothing left to do
                 return
             with self._cond:
@@ -197,7 +207,9 @@ class Consumer:
         popped: dict[int, tuple[str, float]] = {}
         now = time.time()
         backlog = False
-        for queue in self.queues:
+        first = self._rotation
+        self._rotation = (self._rotation + 1) % len(self.queues)
+        for queue in self.queues[first:] + self.queues[:first]:
             taken, more_due = self.store.pop_due(queue, now, free - len(popped))
             backlog = backlog or more_due
             for pk, score in taken:
@@ -212,7 +224,8 @@ class Consumer:
                 list(popped),
                 worker_id=self.worker_id,
                 now=self._claim_time(),
-                leases=self._leases(),
+                job_types=self._job_types,
+                leases=self._leases,
                 default_lease=JobType.time_to_run,
             )
         except DatabaseError:
@@ -220,26 +233,50 @@ class Consumer:
             # for the next pre-loader pass.
             self.store.add((pk, queue, score) for pk, (queue, score) in popped.items())
             raise
-        claimed = {job.pk for job in jobs}
-        if len(claimed) < len(popped):
-            self._reindex_unclaimed([pk for pk in popped if pk not in claimed])
+        # Claimed rows run before anything else can fail: a claimed job left unstarted
+        # would only come back after its lease, with an attempt spent.
         with self._cond:
             for job in jobs:
                 self._in_flight[job.pk] = job
         for job in jobs:
             self._pool.submit(self._execute, job)
+        if len(jobs) < len(popped):
+            claimed = {job.pk for job in jobs}
+            try:
+                self._reindex_unclaimed([pk for pk in popped if pk not in claimed])
+            except DatabaseError:
+                logger.warning("Could not re-index unclaimed jobs; the pre-loader will.")
         return len(jobs)
 
     def _reindex_unclaimed(self, ids: list[int]) -> None:
-        """Ids popped but not claimed: moved later, cancelled, or taken by another consumer.
+        """Ids popped but not claimed: put back those that should run later.
 
-        Those still scheduled (moved later) go back to Redis at their real time.
+        Cancelled, finished or taken by another consumer: dropped. Still scheduled: moved
+        later (back at its time), locked by a caller's open transaction (back in a
+        moment), or of a job type this consumer does not know (left to the pre-loader,
+        and so to a consumer that knows it).
         """
-        rows = DelayedJob.objects.filter(pk__in=ids, status=JobStatus.SCHEDULED)
-        index_due_soon(
-            (pk, queue, run_at.timestamp())
-            for pk, queue, run_at in rows.values_list("pk", "queue", "run_at")
-        )
+        now = timezone.now()
+        entries = []
+        rows = DelayedJob.objects.filter(pk__in=ids, status=JobStatus.SCHEDULED).order_by()
+        for pk, queue, run_at, job_type in rows.values_list("pk", "queue", "run_at", "job_type"):
+            if job_type not in self._job_types:
+                self._warn_unknown_type(job_type)
+                continue
+            due = run_at if run_at > now else now + LOCKED_RETRY
+            entries.append((pk, queue, due.timestamp()))
+        index_due_soon(entries)
+
+    def _warn_unknown_type(self, job_type: str) -> None:
+        if job_type not in self._unknown_types:
+            self._unknown_types.add(job_type)
+            logger.warning(
+                "Consumer %s does not know job type %r and leaves its jobs to a consumer "
+                "that does (deploy in progress?). Known: %s.",
+                self.worker_id,
+                job_type,
+                ", ".join(self._job_types),
+            )
 
     def _time_to_next(self, free: int) -> float | None:
         """Seconds to sleep; None when a burst run is done."""
@@ -266,13 +303,6 @@ class Consumer:
         self._last_claim = now
         return now
 
-    def _leases(self) -> dict[str, timedelta]:
-        return {
-            jobtype.name: jobtype.time_to_run
-            for jobtype in registry
-            if jobtype.time_to_run != JobType.time_to_run
-        }
-
     # Workers --------------------------------------------------------------------------
 
     def _execute(self, job: DelayedJob) -> None:
@@ -296,8 +326,9 @@ class Consumer:
             jobtype = registry.get(job.job_type)
             jobtype.execute(job)
         except BaseException as exc:  # a job's SystemExit must not end the consumer
-            error = f"{type(exc).__name__}: {exc}"
-            tb = traceback.format_exc()
+            # NUL cannot be stored in a PostgreSQL text column.
+            error = f"{type(exc).__name__}: {exc}".replace("\x00", "\\x00")
+            tb = traceback.format_exc().replace("\x00", "\\x00")
             retry_at = self._retry_at(job, exc)
         finished = timezone.now()
         close_old_connections()
@@ -432,13 +463,24 @@ class Consumer:
 
     # Error reporting ------------------------------------------------------------------
 
-    def _failed(self, exc: BaseException) -> None:
+    def _failed(self, exc: BaseException) -> float:
+        """Log a failure of the main loop; return how long to wait before trying again.
+
+        The first failure is retried at once: usually an idle connection that the server,
+        a pooler or the network dropped, which a reconnect mends. Then back off.
+        """
         what = "database" if isinstance(exc, DatabaseError) else "Redis"
+        self._consecutive_failures += 1
+        if self._consecutive_failures == 1:
+            logger.info("Consumer %s: %s error (%s); retrying at once.", self.worker_id, what, exc)
+            return 0.0
         if self._failing != what:
             logger.error("Consumer %s: %s unavailable (%s); retrying.", self.worker_id, what, exc)
             self._failing = what
+        return ERROR_BACKOFF
 
     def _recovered(self) -> None:
+        self._consecutive_failures = 0
         if self._failing is not None:
             logger.warning("Consumer %s: %s is back.", self.worker_id, self._failing)
             self._failing = None

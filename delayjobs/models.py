@@ -11,7 +11,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from django.db import models
+from django.db import models, router
 from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
@@ -34,6 +34,22 @@ RETRYABLE_STATUSES = (JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.SUCCEEDED
 def new_trace_id() -> str:
     """128 random bits as 32 hex digits: the shape of a W3C Trace Context trace-id."""
     return os.urandom(16).hex()
+
+
+class WriteDatabaseManager(models.Manager[Any]):
+    """Reads go to the database that takes the writes.
+
+    Job state decides what runs and what is cancelled: read from a lagging replica, a
+    claim would fail there and a cancel would miss a job scheduled a moment ago.
+    """
+
+    def get_queryset(self) -> models.QuerySet[Any]:
+        return super().get_queryset().using(self._db or router.db_for_write(self.model))
+
+
+def jobs_database() -> str:
+    """The alias that holds delayjobs' tables (for transactions that span several queries)."""
+    return router.db_for_write(DelayedJob)
 
 
 class DelayedJobQuerySet(models.QuerySet["DelayedJob"]):
@@ -82,7 +98,7 @@ class DelayedJob(models.Model):
     finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
     trace_id = models.CharField(_("trace id"), max_length=64, default=new_trace_id)
 
-    objects = DelayedJobQuerySet.as_manager()
+    objects = WriteDatabaseManager.from_queryset(DelayedJobQuerySet)()
 
     class Meta:
         verbose_name = _("delayed job")
@@ -169,6 +185,8 @@ class JobAttempt(models.Model):
     lateness = models.DurationField(
         _("lateness"), help_text=_("Start of this attempt minus the job's run_at.")
     )
+
+    objects = WriteDatabaseManager()
 
     class Meta:
         verbose_name = _("job attempt")

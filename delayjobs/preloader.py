@@ -14,6 +14,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from django.utils import timezone
 
@@ -74,27 +75,38 @@ def _pass(store: RedisStore, now: datetime) -> PassResult:
 
 
 def _plan(jobtype: JobType, start: datetime, end: datetime, errors: list[str]) -> int:
-    """Schedule what ``jobtype.plan`` yields; existing keys are left as they are."""
+    """Schedule what ``jobtype.plan`` yields; keys already held are left as they are."""
     if type(jobtype).plan is JobType.plan:
         return 0
     planned = 0
     try:
         for item in jobtype.plan(start, end):
-            spec = dict(item)
-            if not spec.get("key"):
-                raise InvalidJob(
-                    f"{jobtype.name}.plan() yielded a job without a key: {spec!r}. Keys make "
-                    f"planning idempotent, so they are required."
-                )
             try:
-                schedule(jobtype.name, **spec)
-            except DuplicateJob:
-                continue
-            planned += 1
+                planned += _schedule_planned(jobtype, item)
+            except Exception as exc:  # one bad item must not keep the others out
+                logger.warning("Job type %s: plan() item %r refused: %s", jobtype.name, item, exc)
+                errors.append(f"{jobtype.name}.plan() item: {type(exc).__name__}: {exc}")
     except Exception as exc:  # a broken plan() must not stop the window from loading
         logger.exception("Job type %s: plan() failed", jobtype.name)
         errors.append(f"{jobtype.name}.plan(): {type(exc).__name__}: {exc}")
     return planned
+
+
+def _schedule_planned(jobtype: JobType, item: Any) -> int:
+    spec = dict(item)
+    if not spec.get("key"):
+        raise InvalidJob(
+            f"{jobtype.name}.plan() yielded a job without a key: {spec!r}. Keys make "
+            f"planning idempotent, so they are required."
+        )
+    if spec.get("replace"):
+        # Planned every pass: replacing would reset the job's attempts each time.
+        raise InvalidJob(f"{jobtype.name}.plan() may not yield replace=True: {spec!r}.")
+    try:
+        schedule(jobtype.name, **spec)
+    except DuplicateJob:
+        return 0
+    return 1
 
 
 def load_window(store: RedisStore, horizon: datetime) -> int:

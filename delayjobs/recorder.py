@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from django.db import DatabaseError, connections
+from django.db import InterfaceError, OperationalError, connections
 
 from delayjobs.db import drop_broken_connections
 from delayjobs.redis_store import IndexEntry
@@ -23,6 +23,9 @@ from delayjobs.transitions import Outcome, record_outcomes
 logger = logging.getLogger(__name__)
 
 _STOP = object()
+
+#: The database is away (restart, network): wait and write the same batch again.
+TRANSIENT_ERRORS = (OperationalError, InterfaceError)
 
 
 class Recorder:
@@ -85,13 +88,25 @@ class Recorder:
             connections.close_all()
 
     def _write(self, batch: list[Outcome], stopping: bool) -> None:
+        try:
+            retries = self._record(batch, stopping)
+            if retries:
+                self._on_retries(retries)
+        except Exception:  # this thread must outlive anything one batch can throw
+            logger.exception("Unexpected error while recording %d outcome(s)", len(batch))
+        finally:
+            with self._lock:
+                self._pending -= len(batch)
+            self._on_idle()
+
+    def _record(self, batch: list[Outcome], stopping: bool) -> list[IndexEntry]:
+        """Write ``batch``; wait out an unreachable database, isolate an unwritable outcome."""
         delay = 0.1
         while True:
             drop_broken_connections()
             try:
-                retries = record_outcomes(batch)
-                break
-            except DatabaseError as exc:
+                return record_outcomes(batch)
+            except TRANSIENT_ERRORS as exc:
                 if stopping and time.monotonic() > self._stop_deadline:
                     logger.error(
                         "Giving up recording %d outcome(s) at shutdown (%s); those jobs run "
@@ -99,8 +114,7 @@ class Recorder:
                         len(batch),
                         exc,
                     )
-                    retries = []
-                    break
+                    return []
                 logger.warning(
                     "Could not record %d outcome(s) (%s); retrying in %.1f s.",
                     len(batch),
@@ -109,8 +123,22 @@ class Recorder:
                 )
                 time.sleep(delay)
                 delay = min(delay * 2, 5.0)
-        if retries:
-            self._on_retries(retries)
-        with self._lock:
-            self._pending -= len(batch)
-        self._on_idle()
+            except Exception as exc:
+                # Not the database being away: something in this batch cannot be written
+                # (its job row was deleted meanwhile, say). Retrying would block every
+                # later outcome behind it, so write the rest one by one and drop that one.
+                if len(batch) > 1:
+                    logger.warning(
+                        "A batch of %d outcomes failed (%s); recording them one by one.",
+                        len(batch),
+                        exc,
+                    )
+                    return [entry for one in batch for entry in self._record([one], stopping)]
+                outcome = batch[0]
+                logger.exception(
+                    "Dropping the outcome of job %s attempt %s, which cannot be recorded; "
+                    "if the job still exists it runs again after its lease.",
+                    outcome.job.pk,
+                    outcome.job.attempts,
+                )
+                return []

@@ -25,13 +25,22 @@ from delayjobs.conf import settings
 
 logger = logging.getLogger(__name__)
 
-# Add (or move) members; publish on the wake channel if the earliest score moved earlier,
-# so sleeping consumers re-plan their sleep. ARGV: score1, id1, score2, id2, ...
+# Add members, or move them EARLIER (never later); publish on the wake channel if the
+# earliest score moved earlier, so sleeping consumers re-plan their sleep.
+# Never later: two writers racing (a pre-loader pass that read the row before a
+# reschedule committed, say) must not push a job past its real time. A score too early
+# is harmless: the job is popped, its claim refused, and it is put back at its real time.
+# ARGV: score1, id1, score2, id2, ...
 ADD_LUA = """
 local before = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-redis.call('ZADD', KEYS[1], unpack(ARGV))
+for i = 1, #ARGV, 2 do
+  local current = redis.call('ZSCORE', KEYS[1], ARGV[i + 1])
+  if not current or tonumber(ARGV[i]) < tonumber(current) then
+    redis.call('ZADD', KEYS[1], ARGV[i], ARGV[i + 1])
+  end
+end
 local after = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-if before[2] == nil or tonumber(after[2]) < tonumber(before[2]) then
+if after[2] ~= nil and (before[2] == nil or tonumber(after[2]) < tonumber(before[2])) then
   redis.call('PUBLISH', KEYS[2], after[2])
 end
 return #ARGV / 2
@@ -168,7 +177,7 @@ class RedisStore:
         self._release = self.client.register_script(RELEASE_LOCK_LUA)
 
     def add(self, entries: Iterable[IndexEntry]) -> int:
-        """Add entries, or move them to their new time; one round trip for all queues."""
+        """Add entries, or move them earlier (never later); one round trip for all queues."""
         argv_by_queue: dict[str, list[str]] = defaultdict(list)
         for job_id, queue, score in entries:
             argv_by_queue[queue] += [repr(float(score)), str(job_id)]

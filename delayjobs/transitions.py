@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connections, transaction
 from django.db.models import Case, DateTimeField, F, QuerySet, Value, When
 from django.utils import timezone
 
@@ -27,6 +27,7 @@ from delayjobs.models import (
     DelayedJob,
     JobAttempt,
     JobStatus,
+    jobs_database,
 )
 
 if TYPE_CHECKING:
@@ -44,37 +45,77 @@ def claim(
     *,
     worker_id: str,
     now: datetime,
+    job_types: Sequence[str],
     leases: Mapping[str, timedelta],
     default_lease: timedelta,
 ) -> list[DelayedJob]:
-    """``scheduled -> running`` for the due rows among ``ids``, in one UPDATE.
+    """``scheduled -> running`` for the due rows among ``ids``; return the rows won.
 
-    With ``UPDATE ... RETURNING`` the rows won come back in the same round trip.
-    Elsewhere ``now`` doubles as the claim's token: the caller gives every claim a
-    distinct value, so the follow-up SELECT returns exactly the rows this call won.
+    A row is won if it is scheduled, due by ``now`` (plus CLAIM_TOLERANCE) and of a job
+    type this consumer knows (others are left to a consumer that knows them, instead of
+    spending their attempts here). ``now`` doubles as the claim's token: the caller
+    gives every claim a distinct value.
     """
     if not ids:
         return []
-    lease_expires_at = Case(
-        *[When(job_type=name, then=Value(now + ttl)) for name, ttl in leases.items()],
-        default=Value(now + default_lease),
-        output_field=DateTimeField(),
-    )
-    due = DelayedJob.objects.filter(
-        pk__in=ids, status=JobStatus.SCHEDULED, run_at__lte=now + CLAIM_TOLERANCE
-    )
+    cutoff = now + CLAIM_TOLERANCE
+    known = set(job_types)
     changes = {
         "status": JobStatus.RUNNING,
         "attempts": F("attempts") + 1,
         "worker_id": worker_id,
         "started_at": now,
         "finished_at": None,
-        "lease_expires_at": lease_expires_at,
+        "lease_expires_at": Case(
+            *[When(job_type=name, then=Value(now + ttl)) for name, ttl in leases.items()],
+            default=Value(now + default_lease),
+            output_field=DateTimeField(),
+        ),
     }
-    claimed = update_returning(due, **changes)
+    database = jobs_database()
+    if not connections[database].features.has_select_for_update_skip_locked:
+        due = DelayedJob.objects.filter(
+            pk__in=ids, status=JobStatus.SCHEDULED, run_at__lte=cutoff, job_type__in=known
+        )
+        return _take(due, changes, ids, worker_id, now)
+    with transaction.atomic(using=database):
+        # Lock by primary key alone, skipping rows a caller's open transaction holds
+        # (replace, reschedule, cancel), so the claim never waits for them; then check
+        # the locked rows here. Both statements are primary-key lookups whatever the
+        # planner's statistics say: a filter on status or run_at could be answered from
+        # those indexes instead, reading every due row of a backlog to claim ten.
+        locked = (
+            DelayedJob.objects.filter(pk__in=ids).order_by().select_for_update(skip_locked=True)
+        )
+        won = [
+            job
+            for job in locked
+            if job.status == JobStatus.SCHEDULED and job.run_at <= cutoff and job.job_type in known
+        ]
+        if won:
+            DelayedJob.objects.filter(pk__in=[job.pk for job in won]).update(**changes)
+    for job in won:
+        job.status = JobStatus.RUNNING
+        job.attempts += 1
+        job.worker_id = worker_id
+        job.started_at = now
+        job.finished_at = None
+        job.lease_expires_at = now + leases.get(job.job_type, default_lease)
+    return won
+
+
+def _take(
+    rows: QuerySet[DelayedJob],
+    changes: dict[str, Any],
+    ids: Sequence[int],
+    worker_id: str,
+    now: datetime,
+) -> list[DelayedJob]:
+    """Apply the claim's changes to ``rows`` in one UPDATE; return the rows changed."""
+    claimed = update_returning(rows, **changes)
     if claimed is not None:
         return claimed
-    if not due.update(**changes):
+    if not rows.update(**changes):
         return []
     return list(
         DelayedJob.objects.filter(
@@ -127,18 +168,17 @@ def record_outcomes(outcomes: Sequence[Outcome]) -> list[IndexEntry]:
     if not outcomes:
         return retries
     recorded_at = timezone.now()
-    with transaction.atomic():
-        successes: dict[tuple[str, int], list[int]] = {}
+    with transaction.atomic(using=jobs_database()):
+        # Successes are the common case: one UPDATE per claim they came from.
+        successes: dict[tuple[str, int, datetime | None], list[int]] = {}
         for outcome in outcomes:
             if outcome.succeeded:
-                successes.setdefault((outcome.worker_id, outcome.job.attempts), []).append(
-                    outcome.job.pk
-                )
+                claim_of = (outcome.worker_id, outcome.job.attempts, outcome.job.started_at)
+                successes.setdefault(claim_of, []).append(outcome.job.pk)
             elif _record_failure(outcome) and outcome.retry_at is not None:
                 retries.append((outcome.job.pk, outcome.job.queue, outcome.retry_at.timestamp()))
-        # Successes are the common case: one UPDATE per (worker, attempt number) group.
-        for (worker_id, attempt), ids in successes.items():
-            _running(ids, attempt, worker_id).update(
+        for (worker_id, attempt, claimed_at), ids in successes.items():
+            _running(ids, attempt, worker_id, claimed_at).update(
                 status=JobStatus.SUCCEEDED, finished_at=recorded_at, lease_expires_at=None
             )
         # The attempt happened whether or not the fence held, so it is always recorded.
@@ -156,16 +196,27 @@ def _record_failure(outcome: Outcome) -> bool:
         }
     else:
         changes = {"status": JobStatus.FAILED, "finished_at": outcome.finished_at}
-    changed = _running([job.pk], job.attempts, outcome.worker_id).update(
+    changed = _running([job.pk], job.attempts, outcome.worker_id, job.started_at).update(
         last_error=outcome.error, lease_expires_at=None, **changes
     )
     return bool(changed)
 
 
-def _running(ids: Sequence[int], attempt: int, worker_id: str) -> QuerySet[DelayedJob]:
-    """Rows still running the given attempt on the given worker: the fence."""
+def _running(
+    ids: Sequence[int], attempt: int, worker_id: str, claimed_at: datetime | None
+) -> QuerySet[DelayedJob]:
+    """Rows still running the very claim an outcome came from: the fence.
+
+    The claim time is unique per consumer (see ``Consumer._claim_time``), so an outcome
+    can only land on the execution it belongs to, even after a lease was taken over and
+    the job was retried and claimed again by the same consumer.
+    """
     return DelayedJob.objects.filter(
-        pk__in=ids, status=JobStatus.RUNNING, attempts=attempt, worker_id=worker_id
+        pk__in=ids,
+        status=JobStatus.RUNNING,
+        attempts=attempt,
+        worker_id=worker_id,
+        started_at=claimed_at,
     )
 
 
@@ -197,7 +248,7 @@ def reap_expired_leases(now: datetime, limit: int = 1000) -> list[IndexEntry]:
             f"Lease expired at {job.lease_expires_at.isoformat()} while worker "
             f"{job.worker_id!r} ran attempt {job.attempts}; the worker probably died."
         )
-        with transaction.atomic():
+        with transaction.atomic(using=jobs_database()):
             changed = DelayedJob.objects.filter(
                 pk=job.pk, status=JobStatus.RUNNING, attempts=job.attempts, lease_expires_at__lt=now
             ).update(
@@ -239,7 +290,7 @@ def cancel(jobs: QuerySet[DelayedJob]) -> list[IndexEntry]:
         return []
     ids = [pk for pk, _queue, _run_at in candidates]
     now = timezone.now()
-    with transaction.atomic():
+    with transaction.atomic(using=jobs_database()):
         # Lock first so the returned list is exactly what changed, even under races.
         locked = set(
             DelayedJob.objects.select_for_update()
@@ -283,7 +334,7 @@ def retry(job: DelayedJob) -> DelayedJob:
         "worker_id": "",
     }
     try:
-        with transaction.atomic():
+        with transaction.atomic(using=jobs_database()):
             changed = DelayedJob.objects.filter(pk=job.pk, status__in=RETRYABLE_STATUSES).update(
                 **changes
             )

@@ -53,3 +53,14 @@ class Noop(delayjobs.JobType):
 
     def execute(self, job: DelayedJob) -> None:
         return None
+
+
+@delayjobs.register
+class NulError(delayjobs.JobType):
+    """Fails with a NUL character in its message, which PostgreSQL text cannot store."""
+
+    name = "tests.nul_error"
+    max_attempts = 1
+
+    def execute(self, job: DelayedJob) -> None:
+        raise ValueError("bad byte \x00 in input")

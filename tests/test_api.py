@@ -255,7 +255,15 @@ def test_replace_moves_the_job_holding_the_key_with_its_payload_and_score(
     first.refresh_from_db()
     assert first.run_at == new_time
     assert first.payload == {"v": 2}
-    assert members() == {first.pk: new_time.timestamp()}
+    # Moved later: Redis keeps the earlier time (a score is only ever lowered, so it can
+    # never be late); the consumer pops it then, finds it not due and puts it back.
+    assert list(members()) == [first.pk]
+    assert members()[first.pk] <= new_time.timestamp()
+
+    earlier = soon(0.5)
+    with django_capture_on_commit_callbacks(execute=True):
+        delayjobs.schedule(SCRIPTED, {"v": 3}, run_at=earlier, key="order:1", replace=True)
+    assert members() == {first.pk: earlier.timestamp()}
 
 
 def test_replace_beyond_the_window_takes_the_job_out_of_redis(django_capture_on_commit_callbacks):
@@ -455,6 +463,20 @@ def test_schedule_many_rows_read_back_exactly_as_written():
     assert jobs[1].queue == "other" and jobs[1].status == "scheduled" and jobs[1].attempts == 0
 
 
+def test_schedule_many_where_every_spec_replaces_inserts_nothing_and_moves_all():
+    first = delayjobs.schedule(SCRIPTED, {"v": 1}, run_at=soon(5), key="a")
+    second = delayjobs.schedule(SCRIPTED, {"v": 1}, run_at=soon(5), key="b")
+    moved = delayjobs.schedule_many(
+        [
+            {"job_type": SCRIPTED, "payload": {"v": 2}, "key": "a", "replace": True},
+            {"job_type": SCRIPTED, "payload": {"v": 2}, "key": "b", "replace": True},
+        ]
+    )
+    assert [job.pk for job in moved] == [first.pk, second.pk]
+    assert DelayedJob.objects.count() == 2
+    assert list(DelayedJob.objects.values_list("payload", flat=True)) == [{"v": 2}, {"v": 2}]
+
+
 def test_schedule_many_key_conflict_through_the_bulk_path_raises_duplicate_job():
     holder = delayjobs.schedule(SCRIPTED, key="taken")
     with pytest.raises(DuplicateJob) as caught:
@@ -544,7 +566,11 @@ def test_reschedule_by_job_moves_run_at_and_the_redis_score(django_capture_on_co
         moved = delayjobs.reschedule(job, run_at=new_time)
     assert moved.run_at == new_time
     assert DelayedJob.objects.get(pk=job.pk).run_at == new_time
-    assert members() == {job.pk: new_time.timestamp()}
+    assert members()[job.pk] <= new_time.timestamp()  # moved later: never a late score
+    earlier = soon(0.5)
+    with django_capture_on_commit_callbacks(execute=True):
+        delayjobs.reschedule(job, run_at=earlier)
+    assert members() == {job.pk: earlier.timestamp()}
 
 
 def test_reschedule_by_key_with_a_delay(django_capture_on_commit_callbacks):
@@ -555,7 +581,8 @@ def test_reschedule_by_key_with_a_delay(django_capture_on_commit_callbacks):
         moved = delayjobs.reschedule(key="meeting:1:start", delay=timedelta(seconds=2))
     assert moved.pk == job.pk
     assert moved.run_at >= before + timedelta(seconds=2)
-    assert members("other") == {job.pk: moved.run_at.timestamp()}
+    assert list(members("other")) == [job.pk]
+    assert members("other")[job.pk] <= moved.run_at.timestamp()
 
 
 def test_reschedule_beyond_the_window_takes_the_job_out_of_redis(
@@ -578,13 +605,32 @@ def test_reschedule_of_a_missing_job_raises_job_not_found():
 @pytest.mark.parametrize(
     "status", [JobStatus.RUNNING, JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED]
 )
-def test_reschedule_of_a_job_that_is_not_scheduled_raises_job_not_found(status):
+def test_reschedule_of_a_job_that_is_not_scheduled_raises_invalid_transition(status):
     job = delayjobs.schedule(SCRIPTED, key="k")
     DelayedJob.objects.filter(pk=job.pk).update(status=status)
     original = DelayedJob.objects.get(pk=job.pk).run_at
-    with pytest.raises(JobNotFound, match=str(status)):
+    with pytest.raises(InvalidTransition, match=str(status)):
         delayjobs.reschedule(job, delay=timedelta(hours=1))
     assert DelayedJob.objects.get(pk=job.pk).run_at == original
+
+
+def test_reschedule_of_a_job_that_does_not_exist_raises_job_not_found():
+    with pytest.raises(JobNotFound):
+        delayjobs.reschedule(987654, delay=timedelta(hours=1))
+    with pytest.raises(JobNotFound):
+        delayjobs.reschedule(key="nobody", delay=timedelta(hours=1))
+
+
+@pytest.mark.parametrize("payload", [{"s": "a\x00b"}, ["\x00"], {"k\x00": 1}])
+def test_schedule_refuses_a_nul_character_anywhere_in_the_payload(payload):
+    with pytest.raises(InvalidJob, match="NUL"):
+        delayjobs.schedule(SCRIPTED, payload)
+    assert DelayedJob.objects.count() == 0
+
+
+def test_schedule_keeps_a_literal_backslash_u0000_text():
+    job = delayjobs.schedule(SCRIPTED, {"s": "\\u0000"})
+    assert DelayedJob.objects.get(pk=job.pk).payload == {"s": "\\u0000"}
 
 
 def test_reschedule_refuses_bad_times():
@@ -751,10 +797,24 @@ def test_schedule_succeeds_and_warns_when_redis_is_down(
         keyed = delayjobs.schedule(SCRIPTED, run_at=soon(), key="k")
         many = delayjobs.schedule_many([{"job_type": SCRIPTED, "run_at": soon()}])
     assert DelayedJob.objects.filter(pk__in=[job.pk, keyed.pk, many[0].pk]).count() == 3
+    # One warning, then hand-offs pause instead of costing every caller a timeout.
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) == 3
-    assert all("pre-loader" in r.getMessage() for r in warnings)
+    assert len(warnings) == 1
+    assert "pre-loader" in warnings[0].getMessage()
+    assert "pause" in warnings[0].getMessage()
     assert redis_client.dbsize() == 0
+
+
+def test_a_hand_off_error_that_is_not_a_redis_error_never_reaches_the_caller(
+    settings, caplog, django_capture_on_commit_callbacks
+):
+    # A cache alias that does not exist: django-redis raises its own error, not RedisError.
+    settings.DELAYJOBS = {**settings.DELAYJOBS, "REDIS_URL": None, "REDIS_CACHE_ALIAS": "nope"}
+    caplog.set_level(logging.WARNING, logger="delayjobs")
+    with django_capture_on_commit_callbacks(execute=True):
+        job = delayjobs.schedule(SCRIPTED, run_at=soon())
+    assert DelayedJob.objects.filter(pk=job.pk).exists()
+    assert any("pre-loader" in r.getMessage() for r in caplog.records)
 
 
 def test_cancel_and_retry_succeed_when_redis_is_down(
@@ -771,13 +831,12 @@ def test_cancel_and_retry_succeed_when_redis_is_down(
     assert any("Could not hand" in r.getMessage() for r in caplog.records)
 
 
-@pytest.mark.django_db(transaction=True)
-def test_concurrent_schedules_of_one_key_have_exactly_one_winner():
+def _race(workers: int, schedule_one) -> list[object]:
+    """Run ``schedule_one(n)`` in ``workers`` threads at once; their results or errors."""
     import threading
 
     from django.db import connections
 
-    workers = 4
     barrier = threading.Barrier(workers)
     results: list[object] = []
     lock = threading.Lock()
@@ -786,8 +845,8 @@ def test_concurrent_schedules_of_one_key_have_exactly_one_winner():
         try:
             barrier.wait()
             try:
-                outcome: object = delayjobs.schedule(SCRIPTED, {"n": n}, key="race")
-            except DuplicateJob as exc:
+                outcome: object = schedule_one(n)
+            except Exception as exc:
                 outcome = exc
             with lock:
                 results.append(outcome)
@@ -799,11 +858,27 @@ def test_concurrent_schedules_of_one_key_have_exactly_one_winner():
         thread.start()
     for thread in threads:
         thread.join(timeout=60)
+    assert len(results) == workers
+    return results
 
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_schedules_of_one_key_have_exactly_one_winner():
+    results = _race(4, lambda n: delayjobs.schedule(SCRIPTED, {"n": n}, key="race"))
     winners = [r for r in results if isinstance(r, DelayedJob)]
     losers = [r for r in results if isinstance(r, DuplicateJob)]
-    assert len(results) == workers
     assert len(winners) == 1
-    assert len(losers) == workers - 1
+    assert len(losers) == 3
     assert {loser.existing_id for loser in losers} == {winners[0].pk}
     assert list(DelayedJob.objects.values_list("pk", flat=True)) == [winners[0].pk]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_replaces_of_one_key_all_succeed_on_one_job():
+    """replace=True means "this key's job, at this time": losing the race to insert it
+    moves the winner's job instead of failing."""
+    results = _race(4, lambda n: delayjobs.schedule(SCRIPTED, {"n": n}, key="race", replace=True))
+    assert all(isinstance(r, DelayedJob) for r in results), results
+    [job] = DelayedJob.objects.all()
+    assert {r.pk for r in results} == {job.pk}
+    assert job.payload in [{"n": n} for n in range(4)]

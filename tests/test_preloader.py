@@ -54,7 +54,14 @@ def test_pass_loads_exactly_the_scheduled_jobs_due_inside_the_window(redis_clien
     cancelled = delayjobs.schedule("tests.scripted", run_at=at(now, 1))
     delayjobs.cancel(cancelled)
     running = delayjobs.schedule("tests.scripted", run_at=at(now, -1))
-    claim([running.pk], worker_id="w", now=now, leases={}, default_lease=timedelta(minutes=5))
+    claim(
+        [running.pk],
+        worker_id="w",
+        now=now,
+        job_types=registry.names(),
+        leases={},
+        default_lease=timedelta(minutes=5),
+    )
     for status in (JobStatus.SUCCEEDED, JobStatus.FAILED):
         finished = delayjobs.schedule("tests.scripted", run_at=at(now, 1))
         DelayedJob.objects.filter(pk=finished.pk).update(status=status)
@@ -87,13 +94,20 @@ def test_pass_is_idempotent():
     assert get_store().size("default") == 3
 
 
-def test_pass_refreshes_a_stale_score_in_redis():
-    """A job moved while its old time was in Redis gets its true time back."""
+def test_pass_corrects_a_score_later_than_the_job_but_keeps_an_earlier_one():
+    """A late score would fire the job late: the pass moves it to the row's time. An early
+    one only makes the consumer pop it, find it not due and put it back at its time."""
     now = timezone.now()
-    job = delayjobs.schedule("tests.scripted", run_at=at(now, 2))
-    get_store().add([(job.pk, "default", at(now, -100).timestamp())])
+    late = delayjobs.schedule("tests.scripted", run_at=at(now, 2))
+    early = delayjobs.schedule("tests.scripted", run_at=at(now, 3))
+    get_store().remove([(late.pk, "default", 0.0), (early.pk, "default", 0.0)])
+    get_store().add([(late.pk, "default", at(now, 4).timestamp())])
+    get_store().add([(early.pk, "default", at(now, -100).timestamp())])
     preload(now=now)
-    assert members() == {job.pk: job.run_at.timestamp()}
+    assert members() == {
+        late.pk: late.run_at.timestamp(),
+        early.pk: at(now, -100).timestamp(),
+    }
 
 
 @pytest.fixture
@@ -166,7 +180,12 @@ def test_pass_returns_expired_leases_to_scheduled_and_loads_them():
     now = timezone.now()
     job = delayjobs.schedule("tests.scripted", run_at=at(now, -10))
     [claimed] = claim(
-        [job.pk], worker_id="dead", now=now, leases={}, default_lease=timedelta(seconds=2)
+        [job.pk],
+        worker_id="dead",
+        now=now,
+        job_types=registry.names(),
+        leases={},
+        default_lease=timedelta(seconds=2),
     )
     later = claimed.lease_expires_at + timedelta(seconds=1)
 
@@ -183,7 +202,14 @@ def test_pass_returns_expired_leases_to_scheduled_and_loads_them():
 def test_pass_leaves_live_leases_alone():
     now = timezone.now()
     job = delayjobs.schedule("tests.scripted", run_at=at(now, -10))
-    claim([job.pk], worker_id="alive", now=now, leases={}, default_lease=timedelta(minutes=5))
+    claim(
+        [job.pk],
+        worker_id="alive",
+        now=now,
+        job_types=registry.names(),
+        leases={},
+        default_lease=timedelta(minutes=5),
+    )
     result = preload(now=now)
     assert result.reaped == 0
     assert DelayedJob.objects.get(pk=job.pk).status == JobStatus.RUNNING
@@ -277,7 +303,8 @@ def test_plan_yielding_a_job_without_a_key_is_reported_and_loading_goes_on(caplo
         def plan(self, start, end):
             yield {"key": "keyless:ok", "run_at": start}
             yield {"run_at": start}
-            yield {"key": "keyless:never", "run_at": start}
+            yield {"key": "keyless:after", "run_at": start}
+            yield {"key": "keyless:replacing", "run_at": start, "replace": True}
 
         def execute(self, job):
             return None
@@ -288,13 +315,14 @@ def test_plan_yielding_a_job_without_a_key_is_reported_and_loading_goes_on(caplo
     for _ in _temporary(Keyless):
         result = preload(now=now)
     assert result.ran
-    assert result.planned == 1
-    assert len(result.errors) == 1
-    assert "tests.keyless-planner" in result.errors[0]
+    # A bad item is reported and skipped; the items after it are still planned.
+    assert result.planned == 2
+    assert len(result.errors) == 2
+    assert all("tests.keyless-planner" in error for error in result.errors)
+    assert "replace" in result.errors[1]
     assert "without a key" in result.errors[0]
-    assert list(DelayedJob.objects.filter(job_type=Keyless.name).values_list("key", flat=True)) == [
-        "keyless:ok"
-    ]
+    planned = DelayedJob.objects.filter(job_type=Keyless.name).values_list("key", flat=True)
+    assert sorted(planned) == ["keyless:after", "keyless:ok"]
     assert unrelated.pk in members()
 
 

@@ -60,10 +60,14 @@ def test_get_store_uses_the_configured_redis(redis_client):
 # add(), remove(), members() ----------------------------------------------------------
 
 
-def test_add_stores_ids_and_scores_only_and_moves_an_existing_member(store, redis_client):
+def test_add_stores_ids_and_scores_only_and_moves_a_member_earlier_never_later(store, redis_client):
     assert store.add([(1, "default", 100.5), (2, "default", 200.25)]) == 2
-    assert store.add([(1, "default", 300.0)]) == 1
-    assert store.members("default") == {1: 300.0, 2: 200.25}
+    # Later: ignored, so that a stale writer can never make a job late.
+    store.add([(1, "default", 300.0)])
+    assert store.members("default") == {1: 100.5, 2: 200.25}
+    # Earlier: taken.
+    store.add([(1, "default", 50.0)])
+    assert store.members("default") == {1: 50.0, 2: 200.25}
     assert store.size("default") == 2
     assert redis_client.type(due_key("default")) == b"zset"
 

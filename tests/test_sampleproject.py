@@ -171,6 +171,35 @@ def test_moving_a_meeting_due_soon_moves_its_redis_entries(
     assert {job.pk for job in meeting_jobs(meeting).values()} == {job.pk for job in jobs.values()}
 
 
+def test_a_meeting_moved_while_its_job_runs_gets_its_job_from_the_planner(
+    client: Client, room: Room
+) -> None:
+    """A running job cannot be moved: the save succeeds anyway, and once that job is done,
+    the pre-loader's plan() hook schedules the job for the meeting's new time."""
+    from delayjobs.preloader import preload
+
+    starts_at = timezone.now() + timedelta(seconds=20)
+    meeting = create_meeting(client, room, starts_at, starts_at + timedelta(minutes=30))
+    start_job = meeting_jobs(meeting)["start"]
+    DelayedJob.objects.filter(pk=start_job.pk).update(status=JobStatus.RUNNING)
+
+    response = client.post(reverse("meetings:move", args=[meeting.pk]), {"minutes": 1})
+    assert response.status_code == 302
+    meeting.refresh_from_db()
+    new_start = meeting.starts_at
+    assert DelayedJob.objects.get(pk=start_job.pk).run_at == starts_at  # still the old time
+
+    # The running job sees the meeting moved, skips, and ends.
+    DelayedJob.objects.filter(pk=start_job.pk).update(status=JobStatus.SUCCEEDED)
+    pass_time = new_start - timedelta(seconds=1)  # the new start is inside this pass's window
+    result = preload(now=pass_time)
+    assert result.ran and not result.errors
+    replacement = DelayedJob.objects.get(key=meeting.job_key("start"), status=JobStatus.SCHEDULED)
+    assert replacement.pk != start_job.pk
+    assert replacement.run_at == new_start
+    assert preload(now=pass_time).planned == 0  # planning again adds nothing
+
+
 def test_moving_a_meeting_that_is_not_scheduled_is_refused(client: Client, room: Room) -> None:
     starts_at = timezone.now() + timedelta(days=2)
     meeting = create_meeting(client, room, starts_at, starts_at + timedelta(hours=1))

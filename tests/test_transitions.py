@@ -9,6 +9,7 @@ from django.utils import timezone
 
 import delayjobs
 from delayjobs import transitions
+from delayjobs.jobtypes import registry
 from delayjobs.models import AttemptOutcome, DelayedJob, JobAttempt, JobStatus
 from delayjobs.transitions import Outcome, claim, reap_expired_leases, record_outcomes
 
@@ -23,6 +24,7 @@ def due_job(job_type: str = "tests.scripted", **kwargs) -> DelayedJob:
 
 
 def claim_as(worker_id: str, ids, now: datetime | None = None, **kwargs) -> list[DelayedJob]:
+    kwargs.setdefault("job_types", registry.names())
     kwargs.setdefault("leases", {})
     kwargs.setdefault("default_lease", LEASE)
     return claim(list(ids), worker_id=worker_id, now=now or timezone.now(), **kwargs)
@@ -114,6 +116,60 @@ def test_claim_token_returns_only_the_rows_this_call_won():
     claimed = claim_as("worker-a", [first_job.pk, second_job.pk], now=t2)
     assert [job.pk for job in claimed] == [second_job.pk]
     assert DelayedJob.objects.get(pk=first_job.pk).started_at == t1
+
+
+def test_claim_leaves_job_types_the_consumer_does_not_know():
+    known, unknown = due_job("tests.scripted"), due_job("tests.noop")
+    claimed = claim_as("worker-a", [known.pk, unknown.pk], job_types=["tests.scripted"])
+    assert [job.pk for job in claimed] == [known.pk]
+    unknown.refresh_from_db()
+    assert unknown.status == JobStatus.SCHEDULED
+    assert unknown.attempts == 0  # no attempt spent by a consumer that cannot run it
+
+
+def test_claim_without_update_returning_updates_then_selects(monkeypatch):
+    """The portable path, for databases without UPDATE ... RETURNING (MySQL, Oracle)."""
+    monkeypatch.setattr(transitions, "update_returning", lambda queryset, **changes: None)
+    first, second = due_job(), due_job()
+    claimed = claim_as("worker-a", [first.pk, second.pk])
+    assert sorted(job.pk for job in claimed) == sorted([first.pk, second.pk])
+    assert {job.status for job in claimed} == {JobStatus.RUNNING}
+    assert claim_as("worker-b", [first.pk, second.pk]) == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_claim_skips_a_row_locked_by_an_open_transaction_where_the_database_can():
+    """PostgreSQL: SKIP LOCKED, so a caller's long transaction never stalls the consumer."""
+    import threading
+
+    from django.db import connection, connections, transaction
+
+    locked, free = due_job(), due_job()
+    if not connection.features.has_select_for_update_skip_locked:
+        # SQLite locks the whole database for writes; there is no row lock to skip.
+        assert connection.vendor == "sqlite"
+        return
+    holding, release = threading.Event(), threading.Event()
+
+    def hold_lock() -> None:
+        try:
+            with transaction.atomic():
+                DelayedJob.objects.select_for_update().get(pk=locked.pk)
+                holding.set()
+                release.wait(30)
+        finally:
+            connections.close_all()
+
+    holder = threading.Thread(target=hold_lock)
+    holder.start()
+    try:
+        assert holding.wait(30)
+        claimed = claim_as("worker-a", [locked.pk, free.pk])
+        assert [job.pk for job in claimed] == [free.pk]
+    finally:
+        release.set()
+        holder.join(30)
+    assert [job.pk for job in claim_as("worker-a", [locked.pk])] == [locked.pk]
 
 
 def test_claim_uses_each_job_types_lease():
@@ -268,6 +324,22 @@ def test_stale_failure_does_not_overwrite_the_current_attempt_nor_ask_for_a_retr
     job.refresh_from_db()
     assert job.status == JobStatus.SUCCEEDED
     assert JobAttempt.objects.filter(job=job).count() == 4
+
+
+def test_outcome_of_an_earlier_claim_with_the_same_attempt_number_is_fenced():
+    """Lease taken over, job retried (attempts reset), claimed again by the same worker:
+    the first execution's late outcome must not land on the second one."""
+    job = due_job()
+    [first] = claim_as("worker-a", [job.pk], now=timezone.now())
+    DelayedJob.objects.filter(pk=job.pk).update(status=JobStatus.SCHEDULED, attempts=0)
+    [second] = claim_as("worker-a", [job.pk], now=first.started_at + timedelta(seconds=1))
+    assert (first.attempts, first.worker_id) == (second.attempts, second.worker_id)
+    record_outcomes([outcome(first, "worker-a")])
+    job.refresh_from_db()
+    assert job.status == JobStatus.RUNNING
+    record_outcomes([outcome(second, "worker-a")])
+    job.refresh_from_db()
+    assert job.status == JobStatus.SUCCEEDED
 
 
 def test_outcome_from_another_worker_with_the_same_attempt_number_is_fenced():

@@ -22,9 +22,9 @@ def positive_int(value: str) -> int:
 def configure_logging(verbosity: int, stream: TextIO) -> None:
     """Show delayjobs' log lines on the command's output, unless LOGGING already does."""
     logger = logging.getLogger("delayjobs")
-    logger.setLevel(LEVELS.get(verbosity, logging.DEBUG))
     if logger.handlers or logging.getLogger().handlers:
-        return
+        return  # the project's LOGGING decides, levels included
+    logger.setLevel(LEVELS.get(verbosity, logging.DEBUG))
     handler = logging.StreamHandler(stream)
     handler.setFormatter(
         logging.Formatter("%(asctime)s.%(msecs)03d %(levelname)s %(message)s", "%H:%M:%S")

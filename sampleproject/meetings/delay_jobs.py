@@ -4,7 +4,8 @@ delivery is at-least-once: a job may run twice, or after the meeting changed."""
 from __future__ import annotations
 
 import logging
-from datetime import datetime
+from collections.abc import Iterator
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from django.core.mail import send_mail
@@ -19,6 +20,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 Status = Meeting.Status
+#: How long before its meeting a reminder may be: the planner looks this far ahead.
+MAX_REMIND_MINUTES = 24 * 60
 
 
 class MeetingJob(delayjobs.JobType):
@@ -46,6 +49,25 @@ class MeetingJob(delayjobs.JobType):
     @classmethod
     def payload(cls, meeting: Meeting) -> dict[str, Any]:
         return {"meeting_id": meeting.pk, cls.time_field: cls.meeting_time(meeting).isoformat()}
+
+    def plan(self, start: datetime, end: datetime) -> Iterator[dict[str, Any]]:
+        """The pre-loader's safety net, every pass: this type's job for each meeting due in
+        [start, end) that still wants one. Saving a meeting schedules its jobs already;
+        this catches the one case saving cannot: a meeting moved while its job was
+        running (a running job cannot be moved). Keys make planning twice add nothing."""
+        # A reminder runs before its meeting: look that far ahead on the meeting's time.
+        horizon = end + timedelta(minutes=MAX_REMIND_MINUTES)
+        candidates = Meeting.objects.filter(
+            **{f"{self.time_field}__gte": start, f"{self.time_field}__lt": horizon}
+        )
+        for meeting in candidates:
+            run_at = self.run_at(meeting)
+            if start <= run_at < end and self.wanted(meeting, start):
+                yield {
+                    "payload": self.payload(meeting),
+                    "run_at": run_at,
+                    "key": meeting.job_key(self.kind),
+                }
 
     def execute(self, job: DelayedJob) -> None:
         meeting = Meeting.objects.filter(pk=job.payload["meeting_id"]).first()

@@ -8,6 +8,7 @@ happen inside the model's save() transaction (see ``Meeting.save``).
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from django.db.models.signals import post_delete, post_save
@@ -18,6 +19,8 @@ import delayjobs
 from sampleproject.meetings.delay_jobs import MEETING_JOB_TYPES, ExpireRoomRequest
 from sampleproject.meetings.models import Meeting, RoomRequest
 
+log = logging.getLogger(__name__)
+
 
 @receiver(post_save, sender=Meeting, dispatch_uid="meetings.sync_meeting_jobs")
 def sync_meeting_jobs(sender: type[Meeting], instance: Meeting, raw: bool, **kwargs: Any) -> None:
@@ -26,7 +29,10 @@ def sync_meeting_jobs(sender: type[Meeting], instance: Meeting, raw: bool, **kwa
     now = timezone.now()
     for job_type in MEETING_JOB_TYPES:
         key = instance.job_key(job_type.kind)
-        if job_type.wanted(instance, now):
+        if not job_type.wanted(instance, now):
+            delayjobs.cancel(key=key)
+            continue
+        try:
             delayjobs.schedule(
                 job_type,
                 job_type.payload(instance),
@@ -34,8 +40,12 @@ def sync_meeting_jobs(sender: type[Meeting], instance: Meeting, raw: bool, **kwa
                 key=key,
                 replace=True,
             )
-        else:
-            delayjobs.cancel(key=key)
+        except delayjobs.DuplicateJob:
+            # The job is running right now and cannot be moved; it will see the meeting
+            # moved and skip, and the job type's plan() schedules the new time.
+            log.info(
+                "Meeting %s: job %s is running; the planner takes the new time.", instance.pk, key
+            )
 
 
 @receiver(post_delete, sender=Meeting, dispatch_uid="meetings.cancel_meeting_jobs")
