@@ -27,6 +27,20 @@ pytestmark = pytest.mark.django_db
 WINDOW = timedelta(seconds=5)
 
 
+def claim_for(
+    ids: list[int], worker_id: str, now: datetime, lease: timedelta = timedelta(minutes=5)
+) -> list[DelayedJob]:
+    """Claim as a consumer knowing every registered job type would."""
+    return claim(
+        ids,
+        worker_id=worker_id,
+        now=now,
+        job_types=registry.names(),
+        leases={},
+        default_lease=lease,
+    )
+
+
 def at(now: datetime, seconds: float) -> datetime:
     return now + timedelta(seconds=seconds)
 
@@ -54,14 +68,7 @@ def test_pass_loads_exactly_the_scheduled_jobs_due_inside_the_window(redis_clien
     cancelled = delayjobs.schedule("tests.scripted", run_at=at(now, 1))
     delayjobs.cancel(cancelled)
     running = delayjobs.schedule("tests.scripted", run_at=at(now, -1))
-    claim(
-        [running.pk],
-        worker_id="w",
-        now=now,
-        job_types=registry.names(),
-        leases={},
-        default_lease=timedelta(minutes=5),
-    )
+    claim_for([running.pk], "w", now)
     for status in (JobStatus.SUCCEEDED, JobStatus.FAILED):
         finished = delayjobs.schedule("tests.scripted", run_at=at(now, 1))
         DelayedJob.objects.filter(pk=finished.pk).update(status=status)
@@ -179,14 +186,7 @@ def test_flushed_redis_is_rebuilt_by_the_next_pass(redis_client):
 def test_pass_returns_expired_leases_to_scheduled_and_loads_them():
     now = timezone.now()
     job = delayjobs.schedule("tests.scripted", run_at=at(now, -10))
-    [claimed] = claim(
-        [job.pk],
-        worker_id="dead",
-        now=now,
-        job_types=registry.names(),
-        leases={},
-        default_lease=timedelta(seconds=2),
-    )
+    [claimed] = claim_for([job.pk], "dead", now, lease=timedelta(seconds=2))
     later = claimed.lease_expires_at + timedelta(seconds=1)
 
     result = preload(now=later)
@@ -202,14 +202,7 @@ def test_pass_returns_expired_leases_to_scheduled_and_loads_them():
 def test_pass_leaves_live_leases_alone():
     now = timezone.now()
     job = delayjobs.schedule("tests.scripted", run_at=at(now, -10))
-    claim(
-        [job.pk],
-        worker_id="alive",
-        now=now,
-        job_types=registry.names(),
-        leases={},
-        default_lease=timedelta(minutes=5),
-    )
+    claim_for([job.pk], "alive", now)
     result = preload(now=now)
     assert result.reaped == 0
     assert DelayedJob.objects.get(pk=job.pk).status == JobStatus.RUNNING
