@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Model, QuerySet
-from django.db.models.sql import UpdateQuery
+from django.db.models.sql import Query, UpdateQuery
 
 M = TypeVar("M", bound=Model)
 
@@ -48,20 +49,34 @@ def update_returning(queryset: QuerySet[M], **changes: Any) -> list[M] | None:
     connection = connections[queryset.db]
     if not supports_update_returning(connection):
         return None
-    model = queryset.model
     query = queryset.query.chain(UpdateQuery)
     query.add_update_values(changes)
-    compiler = query.get_compiler(queryset.db)
-    sql, params = compiler.as_sql()
+    sql, params = query.get_compiler(queryset.db).as_sql()
     if not sql:
         return []
+    return fetch_models(queryset.model, queryset.db, f"{sql} RETURNING {{columns}}", params)
+
+
+def fetch_models(
+    model: type[M], using: str, sql: str, params: Sequence[Any], *, qualified: bool = False
+) -> list[M]:
+    """Run ``sql`` (a statement returning rows) and build ``model`` instances from them.
+
+    ``{columns}`` in ``sql`` is replaced by the model's columns, in field order (prefixed
+    with its table if ``qualified``); values go through the fields' converters, as in
+    any query.
+    """
+    connection = connections[using]
+    quote = connection.ops.quote_name
     fields = model._meta.concrete_fields
-    columns = ", ".join(connection.ops.quote_name(field.column) for field in fields)
+    prefix = f"{quote(model._meta.db_table)}." if qualified else ""
+    columns = ", ".join(prefix + quote(field.column) for field in fields)
     with connection.cursor() as cursor:
-        cursor.execute(f"{sql} RETURNING {columns}", params)
+        cursor.execute(sql.replace("{columns}", columns), params)
         rows: Any = cursor.fetchall()
+    compiler = connection.ops.compiler("SQLCompiler")(Query(model), connection, using)
     converters = compiler.get_converters([field.get_col(model._meta.db_table) for field in fields])
     if converters:
         rows = compiler.apply_converters(rows, converters)
     names = [field.attname for field in fields]
-    return [model.from_db(queryset.db, names, list(row)) for row in rows]
+    return [model.from_db(using, names, list(row)) for row in rows]

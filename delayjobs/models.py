@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -68,8 +67,8 @@ class DelayedJobQuerySet(models.QuerySet["DelayedJob"]):
 
 
 class DelayedJob(models.Model):
-    job_type = models.CharField(_("job type"), max_length=200, db_index=True)
-    queue = models.CharField(_("queue"), max_length=100, default="default", db_index=True)
+    job_type = models.CharField(_("job type"), max_length=200)
+    queue = models.CharField(_("queue"), max_length=100, default="default")
     payload = models.JSONField(_("payload"), default=dict, blank=True)
     run_at = models.DateTimeField(_("run at"), help_text=_("When the job is due."))
     status = models.CharField(
@@ -131,6 +130,10 @@ class DelayedJob(models.Model):
                 condition=Q(status="running"),
                 name="delayjobs_running_lease",
             ),
+            # Plain indexes, not db_index=True: on PostgreSQL that adds a second, LIKE
+            # (pattern) index per column, which nothing here uses and every write pays for.
+            models.Index(fields=["job_type"], name="delayjobs_job_type"),
+            models.Index(fields=["queue"], name="delayjobs_queue"),
             models.Index(fields=["key"], name="delayjobs_key"),
             models.Index(fields=["status", "-finished_at"], name="delayjobs_status_finished"),
         ]
@@ -145,7 +148,12 @@ class DelayedJob(models.Model):
         Positional construction skips Model.__init__'s per-keyword work; every field not
         given takes its own default, exactly as with keywords.
         """
-        return cls(*[values[name] if name in values else make() for name, make in _defaults()])
+        return cls(
+            *[
+                values[name] if name in values else (default() if call else default)
+                for name, default, call in _defaults()
+            ]
+        )
 
     @property
     def is_active(self) -> bool:
@@ -158,8 +166,17 @@ class DelayedJob(models.Model):
 
 
 @functools.cache
-def _defaults() -> list[tuple[str, Callable[[], Any]]]:
-    return [(field.attname, field.get_default) for field in DelayedJob._meta.concrete_fields]
+def _defaults() -> list[tuple[str, Any, bool]]:
+    """Each field's attname, default and whether that default is a callable to call for
+    each row (a new trace id, now...); other defaults are what ``get_default()`` returns,
+    computed once."""
+    defaults = []
+    for field in DelayedJob._meta.concrete_fields:
+        if field.has_default() and callable(field.default):
+            defaults.append((field.attname, field.default, True))
+        else:
+            defaults.append((field.attname, field.get_default(), False))
+    return defaults
 
 
 class AttemptOutcome(models.TextChoices):

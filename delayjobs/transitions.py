@@ -19,7 +19,7 @@ from django.db import IntegrityError, connections, transaction
 from django.db.models import Case, DateTimeField, F, QuerySet, Value, When
 from django.utils import timezone
 
-from delayjobs.db import update_returning
+from delayjobs.db import fetch_models, update_returning
 from delayjobs.exceptions import DuplicateJob, InvalidTransition
 from delayjobs.models import (
     RETRYABLE_STATUSES,
@@ -78,30 +78,76 @@ def claim(
             pk__in=ids, status=JobStatus.SCHEDULED, run_at__lte=cutoff, job_type__in=known
         )
         return _take(due, changes, ids, worker_id, now)
-    with transaction.atomic(using=database):
-        # Lock by primary key alone, skipping rows a caller's open transaction holds
-        # (replace, reschedule, cancel), so the claim never waits for them; then check
-        # the locked rows here. Both statements are primary-key lookups whatever the
-        # planner's statistics say: a filter on status or run_at could be answered from
-        # those indexes instead, reading every due row of a backlog to claim ten.
-        locked = (
-            DelayedJob.objects.filter(pk__in=ids).order_by().select_for_update(skip_locked=True)
+    return _claim_skipping_locked(
+        ids, worker_id, now, cutoff, known, leases, default_lease, database
+    )
+
+
+def _claim_skipping_locked(
+    ids: Sequence[int],
+    worker_id: str,
+    now: datetime,
+    cutoff: datetime,
+    known: set[str],
+    leases: Mapping[str, timedelta],
+    default_lease: timedelta,
+    database: str,
+) -> list[DelayedJob]:
+    """The claim where rows can be locked with SKIP LOCKED (PostgreSQL): one statement.
+
+    Rows held by a caller's open transaction (replace, reschedule, cancel) are skipped,
+    not waited for, so the claim never stalls the consumer. Every condition but the
+    primary key is checked on the CTE's locked copy of the row (its latest version,
+    locked until the statement ends), so the table is only reached by primary key,
+    whatever the planner's statistics say: a condition on status or run_at of the table
+    itself could be answered from those indexes instead, reading every due row of a
+    backlog to claim ten.
+    """
+    meta = DelayedJob._meta
+    quote = connections[database].ops.quote_name
+    table = quote(meta.db_table)
+    pk = quote(meta.pk.column)
+    c = {name: quote(meta.get_field(name).column) for name in _CLAIM_COLUMNS}
+    lease = "%s"  # the default lease; per job type where a type has its own
+    if leases:
+        cases = " ".join("WHEN %s THEN %s" for _ in leases)
+        lease = f"CASE {table}.{quote(meta.get_field('job_type').column)} {cases} ELSE %s END"
+    sql = f"""
+        WITH locked AS MATERIALIZED (
+            SELECT {pk}, {c["status"]}, {c["run_at"]}, {c["job_type"]}
+            FROM {table} WHERE {pk} = ANY(%s) FOR UPDATE SKIP LOCKED
         )
-        won = [
-            job
-            for job in locked
-            if job.status == JobStatus.SCHEDULED and job.run_at <= cutoff and job.job_type in known
-        ]
-        if won:
-            DelayedJob.objects.filter(pk__in=[job.pk for job in won]).update(**changes)
-    for job in won:
-        job.status = JobStatus.RUNNING
-        job.attempts += 1
-        job.worker_id = worker_id
-        job.started_at = now
-        job.finished_at = None
-        job.lease_expires_at = now + leases.get(job.job_type, default_lease)
-    return won
+        UPDATE {table} SET
+            {c["status"]} = %s,
+            {c["attempts"]} = {table}.{c["attempts"]} + 1,
+            {c["worker_id"]} = %s,
+            {c["started_at"]} = %s,
+            {c["finished_at"]} = NULL,
+            {c["lease_expires_at"]} = {lease}
+        FROM locked
+        WHERE {table}.{pk} = locked.{pk}
+            AND locked.{c["status"]} = %s
+            AND locked.{c["run_at"]} <= %s
+            AND locked.{c["job_type"]} = ANY(%s)
+        RETURNING {{columns}}
+    """
+    params: list[Any] = [list(ids), JobStatus.RUNNING, worker_id, now]
+    for name, ttl in leases.items():
+        params += [name, now + ttl]
+    params += [now + default_lease, JobStatus.SCHEDULED, cutoff, sorted(known)]
+    return fetch_models(DelayedJob, database, sql, params, qualified=True)
+
+
+_CLAIM_COLUMNS = (
+    "status",
+    "attempts",
+    "worker_id",
+    "started_at",
+    "finished_at",
+    "lease_expires_at",
+    "job_type",
+    "run_at",
+)
 
 
 def _take(
