@@ -8,6 +8,8 @@ import os
 from datetime import timedelta
 from pathlib import Path
 
+import django
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
@@ -93,7 +95,11 @@ STATIC_URL = "static/"
 
 # Reminders are "sent" by email; locmem keeps them in memory so the demo and tests send
 # nothing anywhere. The Reminder rows are what shows that a reminder fired.
-EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+_EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+if django.VERSION >= (6, 1):  # MAILERS replaces EMAIL_BACKEND from Django 6.1
+    MAILERS = {"default": {"BACKEND": _EMAIL_BACKEND}}
+else:
+    EMAIL_BACKEND = _EMAIL_BACKEND
 DEFAULT_FROM_EMAIL = "meetings@localhost"
 
 DELAYJOBS = {
