@@ -20,7 +20,7 @@ import time
 import traceback
 import uuid
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from types import FrameType
@@ -93,7 +93,6 @@ class Consumer:
         self._rotation = 0  # which queue pops first: no queue starves the others
         self._consecutive_failures = 0
         self._backlog = False  # the last pop left due jobs behind
-        self._refill_at = self.concurrency
         self._refill_deadline: float | None = None
         self._failing: str | None = None  # what is down, logged once per change
         self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="delayjobs-worker")
@@ -146,8 +145,8 @@ class Consumer:
             self._wake_seq += 1
             self._cond.notify_all()
 
-    def _start_thread(self, target: object, name: str) -> None:
-        thread = threading.Thread(target=target, name=name, daemon=True)  # type: ignore[arg-type]
+    def _start_thread(self, target: Callable[[], None], name: str) -> None:
+        thread = threading.Thread(target=target, name=name, daemon=True)
         thread.start()
         self._threads.append(thread)
 
@@ -192,7 +191,7 @@ class Consumer:
         Jobs in a backlog are late already; batching their claims drains it faster. A
         job due while there is no backlog is never held back.
         """
-        if not self._backlog or free <= 0 or free >= self._refill_at:
+        if not self._backlog or free <= 0 or free >= self.concurrency:
             self._refill_deadline = None
             return None
         now = time.monotonic()

@@ -343,7 +343,7 @@ def cancel(jobs: QuerySet[DelayedJob]) -> list[IndexEntry]:
             .filter(pk__in=ids, status=JobStatus.SCHEDULED)
             .values_list("pk", flat=True)
         )
-        DelayedJob.objects.filter(pk__in=locked).update(
+        DelayedJob.objects.filter(pk__in=locked, status=JobStatus.SCHEDULED).update(
             status=JobStatus.CANCELLED, finished_at=now, lease_expires_at=None
         )
     return [(pk, queue, run_at.timestamp()) for pk, queue, run_at in candidates if pk in locked]
