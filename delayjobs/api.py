@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import IntegrityError, router, transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from delayjobs import transitions
@@ -22,7 +22,7 @@ from delayjobs.bulk import insert_jobs
 from delayjobs.exceptions import DuplicateJob, InvalidJob, InvalidTransition, JobNotFound
 from delayjobs.handoff import index_on_commit, unindex_on_commit
 from delayjobs.jobtypes import QUEUE_PATTERN, JobType, registry
-from delayjobs.models import DelayedJob, JobStatus
+from delayjobs.models import DelayedJob, JobStatus, jobs_database
 from delayjobs.redis_store import IndexEntry
 
 KEY_MAX_LENGTH = DelayedJob._meta.get_field("key").max_length
@@ -96,7 +96,7 @@ def schedule(
         max_attempts=max_attempts,
         replace=replace,
     )
-    using = router.db_for_write(DelayedJob)
+    using = jobs_database()
     if spec.key is None:
         # No constraint can fail: a plain INSERT in the caller's transaction (or autocommit).
         job = spec.new_job()
@@ -117,7 +117,7 @@ def schedule_many(specs: Iterable[Mapping[str, Any]]) -> list[DelayedJob]:
     if not built:
         return []
     _refuse_repeated_keys(built)
-    using = router.db_for_write(DelayedJob)
+    using = jobs_database()
     with transaction.atomic(using=using):
         keyed = [spec for spec in built if spec.key is not None]
         holders = _lock_active_holders([spec.key for spec in keyed if spec.key], using)
@@ -150,7 +150,7 @@ def cancel(job: DelayedJob | int | None = None, *, key: str | None = None) -> in
     A running job is not interrupted (0 is returned); a finished one stays as it is.
     """
     jobs = _select(job, key)
-    using = router.db_for_write(DelayedJob)
+    using = jobs_database()
     with transaction.atomic(using=using):
         cancelled = transitions.cancel(jobs)
         unindex_on_commit(cancelled, using)
@@ -166,7 +166,7 @@ def reschedule(
 ) -> DelayedJob:
     """Move a scheduled job (given, or holding ``key``) to ``run_at``, after ``delay``, or now."""
     when = resolve_run_at(run_at, delay, timezone.now())
-    using = router.db_for_write(DelayedJob)
+    using = jobs_database()
     with transaction.atomic(using=using):
         target = _select(job, key).select_for_update().first()
         if target is None:
@@ -183,7 +183,7 @@ def reschedule(
 
 def retry(job: DelayedJob | int) -> DelayedJob:
     """Run a failed, cancelled or succeeded job again, now. Its attempt history is kept."""
-    using = router.db_for_write(DelayedJob)
+    using = jobs_database()
     with transaction.atomic(using=using):
         target = _select(job, None).first()
         if target is None:
