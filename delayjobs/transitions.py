@@ -59,28 +59,12 @@ def claim(
     if not ids:
         return []
     cutoff = now + CLAIM_TOLERANCE
-    known = set(job_types)
-    changes = {
-        "status": JobStatus.RUNNING,
-        "attempts": F("attempts") + 1,
-        "worker_id": worker_id,
-        "started_at": now,
-        "finished_at": None,
-        "lease_expires_at": Case(
-            *[When(job_type=name, then=Value(now + ttl)) for name, ttl in leases.items()],
-            default=Value(now + default_lease),
-            output_field=DateTimeField(),
-        ),
-    }
     database = jobs_database()
-    if not connections[database].features.has_select_for_update_skip_locked:
-        due = DelayedJob.objects.filter(
-            pk__in=ids, status=JobStatus.SCHEDULED, run_at__lte=cutoff, job_type__in=known
+    if connections[database].features.has_select_for_update_skip_locked:
+        return _claim_skipping_locked(
+            ids, worker_id, now, cutoff, set(job_types), leases, default_lease, database
         )
-        return _take(due, changes, ids, worker_id, now)
-    return _claim_skipping_locked(
-        ids, worker_id, now, cutoff, known, leases, default_lease, database
-    )
+    return _claim_with_update(ids, worker_id, now, cutoff, job_types, leases, default_lease)
 
 
 def _claim_skipping_locked(
@@ -111,7 +95,7 @@ def _claim_skipping_locked(
     lease = "%s"  # the default lease; per job type where a type has its own
     if leases:
         cases = " ".join("WHEN %s THEN %s" for _ in leases)
-        lease = f"CASE {table}.{quote(meta.get_field('job_type').column)} {cases} ELSE %s END"
+        lease = f"CASE {table}.{c['job_type']} {cases} ELSE %s END"
     sql = f"""
         WITH locked AS MATERIALIZED (
             SELECT {pk}, {c["status"]}, {c["run_at"]}, {c["job_type"]}
@@ -150,19 +134,40 @@ _CLAIM_COLUMNS = (
 )
 
 
-def _take(
-    rows: QuerySet[DelayedJob],
-    changes: dict[str, Any],
+def _claim_with_update(
     ids: Sequence[int],
     worker_id: str,
     now: datetime,
+    cutoff: datetime,
+    job_types: Sequence[str],
+    leases: Mapping[str, timedelta],
+    default_lease: timedelta,
 ) -> list[DelayedJob]:
-    """Apply the claim's changes to ``rows`` in one UPDATE; return the rows changed."""
-    claimed = update_returning(rows, **changes)
+    """The portable claim: one conditional UPDATE (with RETURNING where there is one).
+
+    SQLite locks the whole database for a write, so there is no row lock to skip.
+    """
+    due = DelayedJob.objects.filter(
+        pk__in=ids, status=JobStatus.SCHEDULED, run_at__lte=cutoff, job_type__in=job_types
+    )
+    changes = {
+        "status": JobStatus.RUNNING,
+        "attempts": F("attempts") + 1,
+        "worker_id": worker_id,
+        "started_at": now,
+        "finished_at": None,
+        "lease_expires_at": Case(
+            *[When(job_type=name, then=Value(now + ttl)) for name, ttl in leases.items()],
+            default=Value(now + default_lease),
+            output_field=DateTimeField(),
+        ),
+    }
+    claimed = update_returning(due, **changes)
     if claimed is not None:
         return claimed
-    if not rows.update(**changes):
+    if not due.update(**changes):
         return []
+    # No RETURNING: the claim's token (worker and ``now``) finds exactly the rows won.
     return list(
         DelayedJob.objects.filter(
             pk__in=ids, status=JobStatus.RUNNING, worker_id=worker_id, started_at=now

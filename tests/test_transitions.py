@@ -127,14 +127,33 @@ def test_claim_leaves_job_types_the_consumer_does_not_know():
     assert unknown.attempts == 0  # no attempt spent by a consumer that cannot run it
 
 
-def test_claim_without_update_returning_updates_then_selects(monkeypatch):
-    """The portable path, for databases without UPDATE ... RETURNING (MySQL, Oracle)."""
-    monkeypatch.setattr(transitions, "update_returning", lambda queryset, **changes: None)
-    first, second = due_job(), due_job()
-    claimed = claim_as("worker-a", [first.pk, second.pk])
+@pytest.mark.parametrize("returning", [True, False], ids=["returning", "update-then-select"])
+def test_portable_claim_path(monkeypatch, returning):
+    """The one-UPDATE claim used where rows cannot be locked with SKIP LOCKED (SQLite),
+    with RETURNING and without it (MySQL, Oracle), run directly on every database."""
+    if not returning:
+        monkeypatch.setattr(transitions, "update_returning", lambda queryset, **changes: None)
+    first, second, later = due_job(), due_job(), due_job(run_at=timezone.now() + LEASE)
+
+    def portable_claim(worker_id: str, now: datetime) -> list[DelayedJob]:
+        return transitions._claim_with_update(
+            [first.pk, second.pk, later.pk],
+            worker_id,
+            now,
+            now + transitions.CLAIM_TOLERANCE,
+            registry.names(),
+            {},
+            LEASE,
+        )
+
+    now = timezone.now()
+    claimed = portable_claim("worker-a", now)
     assert sorted(job.pk for job in claimed) == sorted([first.pk, second.pk])
-    assert {job.status for job in claimed} == {JobStatus.RUNNING}
-    assert claim_as("worker-b", [first.pk, second.pk]) == []
+    assert {(job.status, job.attempts, job.started_at) for job in claimed} == {
+        (JobStatus.RUNNING, 1, now)
+    }
+    assert {job.lease_expires_at for job in claimed} == {now + LEASE}
+    assert portable_claim("worker-b", now + timedelta(microseconds=1)) == []
 
 
 @pytest.mark.django_db(transaction=True)
