@@ -32,6 +32,7 @@ def check_settings(
     messages += _check_redis(config)
     messages += _check_durations(config)
     messages += _check_scalars(config)
+    messages += _check_limits(config)
     if not getattr(django_settings, "USE_TZ", False):
         messages.append(
             checks.Error(
@@ -162,3 +163,36 @@ def _check_scalars(config: dict[str, Any]) -> list[checks.CheckMessage]:
                 )
             )
     return messages
+
+
+def _check_limits(config: dict[str, Any]) -> list[checks.CheckMessage]:
+    messages: list[checks.CheckMessage] = []
+    limits = config.get("QUEUE_CONCURRENCY", DEFAULTS["QUEUE_CONCURRENCY"])
+    if not isinstance(limits, dict) or not all(
+        isinstance(queue, str) and queue and _is_positive_int(limit)
+        for queue, limit in limits.items()
+    ):
+        messages.append(
+            checks.Error(
+                f"DELAYJOBS['QUEUE_CONCURRENCY'] must map queue names to positive integers, "
+                f"got {limits!r}.",
+                hint="For example {'sms': 2}: at most two jobs of the queue 'sms' run at once "
+                "in each consumer process.",
+                id="delayjobs.E011",
+            )
+        )
+    size = config.get("MAX_PAYLOAD_BYTES", DEFAULTS["MAX_PAYLOAD_BYTES"])
+    if size is not None and not _is_positive_int(size):
+        messages.append(
+            checks.Error(
+                f"DELAYJOBS['MAX_PAYLOAD_BYTES'] must be a positive integer or None, got {size!r}.",
+                hint=f"The default is {DEFAULTS['MAX_PAYLOAD_BYTES']} (64 KiB). Store ids in "
+                "payloads, not documents.",
+                id="delayjobs.E012",
+            )
+        )
+    return messages
+
+
+def _is_positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1

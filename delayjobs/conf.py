@@ -33,9 +33,18 @@ DEFAULTS: dict[str, Any] = {
     # Redis socket timeouts, so that a dead Redis cannot hang schedule() for long.
     "REDIS_CONNECT_TIMEOUT": 1.0,
     "REDIS_SOCKET_TIMEOUT": 5.0,
+    # While Redis cannot be reached, consumers claim due jobs straight from the database,
+    # this often (and go back to Redis by themselves once it answers again).
+    "DATABASE_POLL_INTERVAL": timedelta(seconds=1),
+    # Per consumer process: the most jobs of one queue running at once, e.g. {"sms": 2}.
+    # A flood of one queue then leaves slots for the others. Job types have their own
+    # limit, JobType.concurrency.
+    "QUEUE_CONCURRENCY": {},
+    # The largest payload accepted, in bytes of its JSON text. None: no limit.
+    "MAX_PAYLOAD_BYTES": 64 * 1024,
 }
 
-DURATION_SETTINGS = ("PRELOAD_INTERVAL", "PRELOAD_WINDOW", "IDLE_TIMEOUT")
+DURATION_SETTINGS = ("PRELOAD_INTERVAL", "PRELOAD_WINDOW", "IDLE_TIMEOUT", "DATABASE_POLL_INTERVAL")
 
 
 def raw_settings() -> dict[str, Any]:
