@@ -271,13 +271,13 @@ def machine_info() -> dict[str, Any]:
     return {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "nproc": os.cpu_count(),
-        "cpu_model": _cpu_model(),
+        "cpu_model": cpu_model(),
         "platform": platform.platform(),
         "python": platform.python_version(),
         "django": django.get_version(),
         "postgresql": postgres_version,
         "redis": get_client().info("server").get("redis_version"),
-        "commit": _git_commit(),
+        "commit": git_commit(),
         "load_average_at_start": load_average(),
     }
 
@@ -287,7 +287,7 @@ def load_average() -> list[float]:
     return [round(value, 2) for value in os.getloadavg()]
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
     with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -295,7 +295,7 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
-def _git_commit() -> str:
+def git_commit() -> str:
     def git(*args: str) -> str:
         return subprocess.run(
             ["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, check=False

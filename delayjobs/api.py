@@ -11,7 +11,7 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -19,13 +19,18 @@ from django.utils import timezone
 
 from delayjobs import transitions
 from delayjobs.bulk import insert_jobs
+from delayjobs.conf import DEFAULTS
+from delayjobs.conf import settings as conf
 from delayjobs.exceptions import DuplicateJob, InvalidJob, InvalidTransition, JobNotFound
 from delayjobs.handoff import index_on_commit, unindex_on_commit
 from delayjobs.jobtypes import QUEUE_PATTERN, JobType, registry
 from delayjobs.models import DelayedJob, JobStatus, jobs_database
-from delayjobs.redis_store import IndexEntry
+from delayjobs.redis_store import IndexEntry, index_entry
 
 KEY_MAX_LENGTH = DelayedJob._meta.get_field("key").max_length
+#: The largest value of a PositiveIntegerField on PostgreSQL (integer) and MySQL; SQLite
+#: would take more, but a row must be valid on every database.
+MAX_ATTEMPTS_LIMIT = 2**31 - 1
 #: A NUL character as json.dumps writes it: \u0000 after an even run of backslashes (an
 #: odd run would make it a literal backslash followed by "u0000").
 ESCAPED_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
@@ -112,6 +117,12 @@ def schedule_many(specs: Iterable[Mapping[str, Any]]) -> list[DelayedJob]:
 
     Each spec is a dict of ``schedule`` keyword arguments plus ``job_type``.
     """
+    # A dict or a string is iterable too, and would be read as a list of its keys or letters.
+    if isinstance(specs, Mapping | str | bytes) or not isinstance(specs, Iterable):
+        raise InvalidJob(
+            f"schedule_many() takes a list of dicts of schedule() arguments, got "
+            f"{type(specs).__name__} {specs!r:.100}."
+        )
     now = timezone.now()  # one "now" for the batch: same delays give the same run_at
     built = [_build_indexed_spec(index, spec, now) for index, spec in enumerate(specs)]
     if not built:
@@ -231,20 +242,51 @@ def build_spec(
 
 
 def normalize_payload(payload: Any) -> Any:
-    """The payload as it will be stored and read back: a JSON round trip."""
+    """The payload as it will be stored and read back: a JSON round trip, within the limit."""
     if payload is None:
         return {}
     try:
-        text = json.dumps(payload, allow_nan=False)
+        # ensure_ascii=False: the text is then what the size limit measures (its UTF-8
+        # bytes), and a lone surrogate stays one, to be refused when it fails to encode.
+        text = json.dumps(payload, allow_nan=False, ensure_ascii=False)
     except (TypeError, ValueError) as exc:
         raise InvalidJob(
             f"The payload must be JSON-serializable (dicts, lists, strings, finite numbers, "
             f"booleans, None): {exc}. Store ids and ISO strings, not objects."
         ) from None
+    except RecursionError:
+        raise InvalidJob("The payload is nested too deeply to be stored as JSON.") from None
     if ESCAPED_NUL.search(text):
         # PostgreSQL's jsonb cannot hold it: refuse it everywhere, not only there.
         raise InvalidJob("The payload must not contain NUL characters (\\u0000).")
+    size = len(text) if text.isascii() else _utf8_length(text, "The payload")
+    limit = _payload_limit()
+    if limit is not None and size > limit:
+        raise InvalidJob(
+            f"The payload is {size} bytes of JSON, over the limit of {limit} bytes "
+            f"(DELAYJOBS['MAX_PAYLOAD_BYTES']). Store ids in the payload, not documents."
+        )
     return json.loads(text)
+
+
+def _payload_limit() -> int | None:
+    limit = conf.MAX_PAYLOAD_BYTES
+    if limit is None or (isinstance(limit, int) and not isinstance(limit, bool) and limit > 0):
+        return limit
+    # A bad value is reported by check delayjobs.E012; meanwhile the default applies, as
+    # conf does for the other settings, rather than a TypeError in every schedule().
+    return DEFAULTS["MAX_PAYLOAD_BYTES"]
+
+
+def _utf8_length(text: str, label: str) -> int:
+    try:
+        return len(text.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        # Neither PostgreSQL nor SQLite can store it; it is never valid text anyway.
+        raise InvalidJob(
+            f"{label} must be valid Unicode text: it contains the lone surrogate "
+            f"{text[exc.start]!r} at position {exc.start}."
+        ) from None
 
 
 def resolve_run_at(run_at: Any, delay: Any, now: datetime) -> datetime:
@@ -270,6 +312,13 @@ def resolve_run_at(run_at: Any, delay: Any, now: datetime) -> datetime:
             f"run_at must be timezone-aware, got the naive datetime {run_at!r}. "
             f"Use django.utils.timezone.now() + timedelta(...) or attach a tzinfo."
         )
+    try:
+        # Stored in UTC: an aware time near datetime.min or max may not exist there.
+        run_at.astimezone(UTC)
+    except OverflowError:
+        raise InvalidJob(
+            f"run_at {run_at!r} is outside the supported dates (years 1 to 9999 in UTC)."
+        ) from None
     return run_at
 
 
@@ -280,11 +329,17 @@ def _check_key(key: Any) -> str | None:
         raise InvalidJob(f"key must be a string, got {type(key).__name__} {key!r}.")
     if not key or len(key) > KEY_MAX_LENGTH:
         raise InvalidJob(f"key must be 1-{KEY_MAX_LENGTH} characters, got {len(key)}.")
+    if "\x00" in key:
+        # PostgreSQL text cannot hold it: refuse it everywhere, as in payloads.
+        raise InvalidJob(f"key must not contain NUL characters (\\x00), got {key!r}.")
+    if not key.isascii():
+        _utf8_length(key, "key")
     return key
 
 
 def _check_queue(queue: Any) -> str:
-    if not isinstance(queue, str) or not QUEUE_PATTERN.match(queue):
+    # fullmatch: the pattern's "$" would also match before a trailing newline.
+    if not isinstance(queue, str) or not QUEUE_PATTERN.fullmatch(queue):
         raise InvalidJob(
             f"queue must be 1-100 characters of letters, digits and '_.-', got {queue!r}."
         )
@@ -294,8 +349,15 @@ def _check_queue(queue: Any) -> str:
 def _check_max_attempts(value: Any) -> int | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidJob(f"max_attempts must be a positive int, got {value!r}.")
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or not 1 <= value <= MAX_ATTEMPTS_LIMIT
+    ):
+        raise InvalidJob(
+            f"max_attempts must be an int from 1 to {MAX_ATTEMPTS_LIMIT}, or None to retry "
+            f"forever; got {value!r}."
+        )
     return value
 
 
@@ -304,7 +366,8 @@ def _build_indexed_spec(index: int, spec: Any, now: datetime) -> JobSpec:
         raise InvalidJob(f"specs[{index}] must be a dict of schedule() arguments, got {spec!r}.")
     unknown = set(spec) - SPEC_FIELDS
     if unknown:
-        raise InvalidJob(f"specs[{index}] has unknown argument(s): {', '.join(sorted(unknown))}.")
+        names = ", ".join(sorted(str(name) for name in unknown))  # not all keys are str
+        raise InvalidJob(f"specs[{index}] has unknown argument(s): {names}.")
     if "job_type" not in spec:
         raise InvalidJob(f"specs[{index}] has no job_type.")
     try:
@@ -390,6 +453,8 @@ def _select(job: DelayedJob | int | None, key: str | None) -> Any:
     if key is not None:
         return DelayedJob.objects.active().filter(key=_check_key(key))
     pk = job.pk if isinstance(job, DelayedJob) else job
+    if isinstance(job, DelayedJob) and pk is None:
+        raise InvalidJob("job is an unsaved DelayedJob: it has no id yet.")
     if isinstance(pk, bool) or not isinstance(pk, int):
         raise InvalidJob(f"job must be a DelayedJob or its integer id, got {job!r}.")
     return DelayedJob.objects.filter(pk=pk)
@@ -402,4 +467,4 @@ def _describe(job: DelayedJob | int | None, key: str | None) -> str:
 
 
 def _entry(job: DelayedJob) -> IndexEntry:
-    return (job.pk, job.queue, job.due_timestamp)
+    return index_entry(job.pk, job.queue, job.job_type, job.due_timestamp)

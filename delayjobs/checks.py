@@ -5,13 +5,25 @@ Ids are stable (``delayjobs.E001`` ...) so that projects can silence one on purp
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any
 
 from django.conf import settings as django_settings
 from django.core import checks
+from redis.connection import parse_url
 
 from delayjobs.conf import DEFAULTS, DURATION_SETTINGS, as_timedelta, raw_settings
+from delayjobs.jobtypes import QUEUE_PATTERN
+from delayjobs.redis_store import mask_url
+
+#: Upper bounds, far above any sensible value and far below what breaks: a duration is
+#: added to now() and slept on (threading's TIMEOUT_MAX is about 292 years), a timeout is
+#: given to socket.settimeout(), and each unit of concurrency is a thread.
+MAX_DURATION = timedelta(days=365)
+MAX_TIMEOUT_SECONDS = 24 * 3600
+MAX_CONCURRENCY = 1000
 
 
 @checks.register("delayjobs")
@@ -42,7 +54,7 @@ def check_settings(
                 id="delayjobs.E008",
             )
         )
-    for name in sorted(set(config) - set(DEFAULTS)):
+    for name in sorted(set(config) - set(DEFAULTS), key=repr):  # keys of any type
         messages.append(
             checks.Warning(
                 f"DELAYJOBS[{name!r}] is not a delayjobs setting; it is ignored.",
@@ -63,13 +75,11 @@ def _check_redis(config: dict[str, Any]) -> list[checks.CheckMessage]:
                 id="delayjobs.E002",
             )
         ]
-    if url is not None and (
-        not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://"))
-    ):
+    if url is not None and not _is_redis_url(url):
         return [
             checks.Error(
-                f"DELAYJOBS['REDIS_URL'] must be a redis://, rediss:// or unix:// URL, "
-                f"got {url!r}.",
+                f"DELAYJOBS['REDIS_URL'] must be a valid redis://, rediss:// or unix:// URL, "
+                f"got {_shown_url(url)}.",
                 hint="For example 'redis://127.0.0.1:6379/0', or 'rediss://user:pass@host/0' "
                 "for TLS.",
                 id="delayjobs.E003",
@@ -78,7 +88,7 @@ def _check_redis(config: dict[str, Any]) -> list[checks.CheckMessage]:
     if alias is not None:
         caches = getattr(django_settings, "CACHES", {})
         cache = caches.get(alias) if isinstance(alias, str) else None
-        if cache is None:
+        if not isinstance(cache, dict):
             return [
                 checks.Error(
                     f"DELAYJOBS['REDIS_CACHE_ALIAS'] names the cache {alias!r}, which is not in "
@@ -104,11 +114,12 @@ def _check_durations(config: dict[str, Any]) -> list[checks.CheckMessage]:
     for name in DURATION_SETTINGS:
         raw = config.get(name, DEFAULTS[name])
         value = as_timedelta(raw)
-        if value is None or value.total_seconds() <= 0:
+        if value is None or not timedelta(0) < value <= MAX_DURATION:
+            value = None  # reported here, not again by E006
             messages.append(
                 checks.Error(
                     f"DELAYJOBS[{name!r}] must be a positive number of seconds or a positive "
-                    f"timedelta, got {raw!r}.",
+                    f"timedelta, at most {MAX_DURATION.days} days; got {raw!r}.",
                     hint=f"For example {name!r}: {DEFAULTS[name].total_seconds():g} (seconds), "
                     f"or datetime.timedelta(seconds={DEFAULTS[name].total_seconds():g}).",
                     id="delayjobs.E005",
@@ -116,7 +127,7 @@ def _check_durations(config: dict[str, Any]) -> list[checks.CheckMessage]:
             )
         values[name] = value
     interval, window = values["PRELOAD_INTERVAL"], values["PRELOAD_WINDOW"]
-    if interval and window and interval.total_seconds() > 0 and window <= interval:
+    if interval is not None and window is not None and window <= interval:
         messages.append(
             checks.Error(
                 f"PRELOAD_WINDOW ({window.total_seconds():g} s) must be longer than "
@@ -132,12 +143,13 @@ def _check_durations(config: dict[str, Any]) -> list[checks.CheckMessage]:
 
 def _check_scalars(config: dict[str, Any]) -> list[checks.CheckMessage]:
     messages: list[checks.CheckMessage] = []
-    for name in ("PRELOAD_BATCH_SIZE", "CONCURRENCY"):
+    for name, most in (("PRELOAD_BATCH_SIZE", None), ("CONCURRENCY", MAX_CONCURRENCY)):
         value = config.get(name, DEFAULTS[name])
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        if not _is_positive_int(value) or (most is not None and value > most):
+            limit = f" up to {most}" if most is not None else ""
             messages.append(
                 checks.Error(
-                    f"DELAYJOBS[{name!r}] must be a positive integer, got {value!r}.",
+                    f"DELAYJOBS[{name!r}] must be a positive integer{limit}, got {value!r}.",
                     hint=f"The default is {DEFAULTS[name]}.",
                     id="delayjobs.E007",
                 )
@@ -154,10 +166,11 @@ def _check_scalars(config: dict[str, Any]) -> list[checks.CheckMessage]:
         )
     for name in ("REDIS_CONNECT_TIMEOUT", "REDIS_SOCKET_TIMEOUT"):
         value = config.get(name, DEFAULTS[name])
-        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        if not _is_number(value) or not 0 < value <= MAX_TIMEOUT_SECONDS:
             messages.append(
                 checks.Error(
-                    f"DELAYJOBS[{name!r}] must be a positive number of seconds, got {value!r}.",
+                    f"DELAYJOBS[{name!r}] must be a positive number of seconds, at most "
+                    f"{MAX_TIMEOUT_SECONDS}; got {value!r}.",
                     hint=f"The default is {DEFAULTS[name]:g} seconds.",
                     id="delayjobs.E010",
                 )
@@ -169,13 +182,13 @@ def _check_limits(config: dict[str, Any]) -> list[checks.CheckMessage]:
     messages: list[checks.CheckMessage] = []
     limits = config.get("QUEUE_CONCURRENCY", DEFAULTS["QUEUE_CONCURRENCY"])
     if not isinstance(limits, dict) or not all(
-        isinstance(queue, str) and queue and _is_positive_int(limit)
+        isinstance(queue, str) and QUEUE_PATTERN.fullmatch(queue) and _is_positive_int(limit)
         for queue, limit in limits.items()
     ):
         messages.append(
             checks.Error(
-                f"DELAYJOBS['QUEUE_CONCURRENCY'] must map queue names to positive integers, "
-                f"got {limits!r}.",
+                f"DELAYJOBS['QUEUE_CONCURRENCY'] must map queue names (1-100 letters, digits "
+                f"and '_.-') to positive integers, got {limits!r}.",
                 hint="For example {'sms': 2}: at most two jobs of the queue 'sms' run at once "
                 "in each consumer process.",
                 id="delayjobs.E011",
@@ -196,3 +209,25 @@ def _check_limits(config: dict[str, Any]) -> list[checks.CheckMessage]:
 
 def _is_positive_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def _is_number(value: Any) -> bool:
+    """An int or a finite float (not a bool, not NaN, not infinite)."""
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, int) or (isinstance(value, float) and math.isfinite(value))
+
+
+def _is_redis_url(url: Any) -> bool:
+    if not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://")):
+        return False
+    try:
+        parse_url(url)  # what redis-py does with it: a bad port fails here, not at runtime
+    except ValueError:
+        return False
+    return True
+
+
+def _shown_url(url: object) -> str:
+    """The value as a message may show it: a string that may hold a password is masked."""
+    return repr(mask_url(url)) if isinstance(url, str) else repr(url)

@@ -1,12 +1,20 @@
 """The consumer: pop due ids, claim their rows, run them in a bounded pool, record outcomes.
 
 Threads of one consumer process:
-- main: the loop below; it sleeps until the earliest due time it knows of;
-- listener: Redis pub/sub; wakes main when a sooner job is added (no poll interval);
-- workers (``concurrency`` of them): run ``JobType.execute``;
+- main: the loop below; it sleeps until the earliest due time it knows of, and times out
+  executions that run past their job type's ``time_to_run``;
+- listener: Redis pub/sub; wakes main when a sooner job is added (no poll interval); in
+  Redis-down mode it also notices when Redis answers again;
+- workers (``concurrency`` daemon threads): run ``JobType.execute``;
 - recorder: writes outcomes in batches;
 - heartbeat: renews the leases of running jobs;
 - pre-loader: a pass every PRELOAD_INTERVAL (one process at a time, by a Redis lock).
+
+Redis-down mode: when Redis cannot be reached twice in a row, main claims due jobs
+straight from the database every DATABASE_POLL_INTERVAL (sooner when it knows a job is
+due sooner) and reaps expired leases itself, until the listener sees Redis answer again;
+then one pre-loader pass refills Redis (it may have come back empty) and main goes back
+to Redis. Each change of mode is logged once.
 """
 
 from __future__ import annotations
@@ -15,13 +23,14 @@ import logging
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 import traceback
 import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import FrameType
 
@@ -32,13 +41,22 @@ from redis import RedisError
 from delayjobs import preloader, transitions
 from delayjobs.conf import settings
 from delayjobs.db import drop_broken_connections
-from delayjobs.exceptions import UnknownJobType
+from delayjobs.exceptions import JobTimeout, UnknownJobType
 from delayjobs.handoff import index_due_soon
 from delayjobs.jobtypes import JobType, registry
 from delayjobs.models import DelayedJob, JobStatus
 from delayjobs.recorder import Recorder
-from delayjobs.redis_store import RedisStore, describe_target, get_store
+from delayjobs.redis_store import (
+    RedisStore,
+    describe_target,
+    get_store,
+    index_entry,
+    lanes,
+    split_lane,
+)
+from delayjobs.slots import Candidate, Slots
 from delayjobs.transitions import Outcome
+from delayjobs.workers import WorkerThreads
 
 logger = logging.getLogger("delayjobs.consumer")
 
@@ -47,8 +65,23 @@ ERROR_BACKOFF = 1.0
 #: In a backlog, how long a free slot may wait for others to free up, so that one claim
 #: fills many slots instead of one claim (a Redis and a database round trip) per slot.
 REFILL_WAIT = 0.002
-#: A due job whose row was locked by a caller's open transaction is tried again after this.
+#: A due job whose row was locked by a caller's open transaction is tried again after this;
+#: so is a due job whose job type had no free slot.
 LOCKED_RETRY = timedelta(milliseconds=50)
+#: Exit code when every worker thread is stuck in a timed-out job: a supervisor should
+#: start a fresh process, the only way to get those threads back.
+EXIT_ALL_THREADS_STUCK = 3
+
+
+@dataclass(eq=False)
+class Running:
+    """One execution this consumer started, until its thread returns."""
+
+    job: DelayedJob
+    deadline: float  # time.monotonic() past which it is timed out
+    thread_id: int | None = None
+    finished: bool = False  # its thread returned; the outcome is being handed over
+    timed_out: bool = False  # recorded as timed out; whatever it returns is ignored
 
 
 def default_worker_id() -> str:
@@ -73,6 +106,7 @@ class Consumer:
         self.worker_id = worker_id or default_worker_id()
         self.store = store or get_store()
         self.processed = 0
+        self.exit_code = 0
 
         self._cond = threading.Condition()
         self._wake_seq = 0  # bumped by anything that should end the main loop's sleep
@@ -81,7 +115,13 @@ class Consumer:
         # Set once no job runs any more: the heartbeat renews leases until then, so that
         # a job finishing during a graceful shutdown is not taken over by another consumer.
         self._drained = threading.Event()
-        self._in_flight: dict[int, DelayedJob] = {}
+        self._in_flight: dict[int, Running] = {}
+        self._stuck: set[Running] = set()  # timed out, their threads still busy
+        self._slots = Slots(
+            self.concurrency,
+            queue_limits=settings.QUEUE_CONCURRENCY,
+            type_limits={jt.name: jt.concurrency for jt in registry if jt.concurrency},
+        )
         self._last_claim: datetime | None = None
         self._job_types = registry.names()
         self._leases = {
@@ -90,12 +130,20 @@ class Consumer:
             if jobtype.time_to_run != JobType.time_to_run
         }
         self._unknown_types: set[str] = set()  # warned about once each
-        self._rotation = 0  # which queue pops first: no queue starves the others
-        self._consecutive_failures = 0
+        # Each queue's lanes (see redis_store.lane); which one pops first rotates, so that
+        # no queue starves the others.
+        self._lanes = [name for queue in self.queues for name in lanes(queue)]
+        self._rotation = 0
+        self._database_failures = 0
+        self._redis_failures = 0
         self._backlog = False  # the last pop left due jobs behind
         self._refill_deadline: float | None = None
-        self._failing: str | None = None  # what is down, logged once per change
-        self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="delayjobs-worker")
+        self._database_down = False  # logged once per change
+        # Redis-down mode: claiming from the database until the listener sets _redis_back.
+        self._database_mode = False
+        self._redis_back = threading.Event()
+        self._next_reap = 0.0
+        self._workers = WorkerThreads(self.concurrency, name="delayjobs-worker")
         self._recorder = Recorder(on_retries=index_due_soon, on_idle=self.wake)
         self._threads: list[threading.Thread] = []
 
@@ -123,7 +171,7 @@ class Consumer:
             self._loop()
         finally:
             self._shutdown()
-        return 0
+        return self.exit_code
 
     def request_stop(self, signum: int | None = None, frame: FrameType | None = None) -> None:
         """First call: claim nothing more and let running jobs finish. Second: leave now."""
@@ -153,7 +201,8 @@ class Consumer:
     def _shutdown(self) -> None:
         self._stopping = True
         self._stop_event.set()
-        self._pool.shutdown(wait=True)
+        self._drain()
+        self._workers.stop()
         self._drained.set()
         self._recorder.stop()
         for thread in self._threads:
@@ -167,23 +216,40 @@ class Consumer:
         while not self._stopping:
             with self._cond:
                 seen = self._wake_seq
+            next_timeout = self._time_out_overdue()
             try:
-                free = self.concurrency - len(self._in_flight)
-                timeout = self._refill_wait(free)
-                if timeout is None:
-                    if free > 0 and self._claim_and_start(free):
-                        self._recovered()
-                        continue  # more may be due right now: look again before sleeping
-                    timeout = self._time_to_next(free)
-                self._recovered()
+                if self._database_mode:
+                    wait = self._database_turn()
+                else:
+                    wait = self._redis_turn()
+                    self._redis_failures = 0
+                self._database_recovered()
             except (DatabaseError, RedisError) as exc:
                 drop_broken_connections()
-                timeout = self._failed(exc)
-            if timeout is None:  # burst mode and nothing left to do
+                wait = self._failed(exc)
+            if wait is None:  # burst mode and nothing left to do
                 return
+            if next_timeout is not None:
+                wait = min(wait, next_timeout)
+            if wait <= 0:
+                continue
             with self._cond:
                 if not self._stopping and self._wake_seq == seen:
-                    self._cond.wait(timeout)
+                    self._cond.wait(wait)
+
+    def _redis_turn(self) -> float | None:
+        """Claim what Redis says is due; return how long to sleep (None: burst done)."""
+        free = self._free()
+        wait = self._refill_wait(free)
+        if wait is not None:
+            return wait
+        if free > 0 and self._claim_from_redis(free):
+            return 0.0  # more may be due right now: look again before sleeping
+        return self._time_to_next(free)
+
+    def _free(self) -> int:
+        with self._cond:
+            return self._slots.free()
 
     def _refill_wait(self, free: int) -> float | None:
         """In a backlog, seconds to let more slots free up before popping; None: go on now.
@@ -202,43 +268,47 @@ class Consumer:
             return None
         return self._refill_deadline - now
 
-    def _claim_and_start(self, free: int) -> int:
-        popped: dict[int, tuple[str, float]] = {}
+    def _claim_from_redis(self, free: int) -> int:
+        popped: dict[int, tuple[str, float]] = {}  # id -> (lane, score)
         now = time.time()
         backlog = False
         first = self._rotation
-        self._rotation = (self._rotation + 1) % len(self.queues)
-        for queue in self.queues[first:] + self.queues[:first]:
-            taken, more_due = self.store.pop_due(queue, now, free - len(popped))
+        self._rotation = (self._rotation + 1) % len(self._lanes)
+        with self._cond:
+            room = {name: self._lane_room(name) for name in self._lanes}
+        for name in self._lanes[first:] + self._lanes[:first]:
+            wanted = min(room[name], free - len(popped))
+            if wanted <= 0:
+                continue
+            taken, more_due = self.store.pop_due(name, now, wanted)
             backlog = backlog or more_due
             for pk, score in taken:
-                popped[pk] = (queue, score)
+                popped[pk] = (name, score)
             if len(popped) >= free:
                 break
         self._backlog = backlog
         if not popped:
             return 0
         try:
+            # Types without a free slot are not claimed. Their jobs are in their own lanes,
+            # not popped; one found in the queue's lane (indexed by a process that did not
+            # know the type's limit yet) is put back, into its lane, by _reindex_unclaimed.
             jobs = transitions.claim(
                 list(popped),
                 worker_id=self.worker_id,
                 now=self._claim_time(),
-                job_types=self._job_types,
+                job_types=self._open_types(),
                 leases=self._leases,
                 default_lease=JobType.time_to_run,
             )
         except DatabaseError:
             # The ids left Redis but no row was claimed: put them back, or they would wait
             # for the next pre-loader pass.
-            self.store.add((pk, queue, score) for pk, (queue, score) in popped.items())
+            self.store.add((pk, name, score) for pk, (name, score) in popped.items())
             raise
         # Claimed rows run before anything else can fail: a claimed job left unstarted
         # would only come back after its lease, with an attempt spent.
-        with self._cond:
-            for job in jobs:
-                self._in_flight[job.pk] = job
-        for job in jobs:
-            self._pool.submit(self._execute, job)
+        self._start(jobs)
         if len(jobs) < len(popped):
             claimed = {job.pk for job in jobs}
             try:
@@ -246,6 +316,30 @@ class Consumer:
             except DatabaseError:
                 logger.warning("Could not re-index unclaimed jobs; the pre-loader will.")
         return len(jobs)
+
+    def _lane_room(self, name: str) -> int:
+        """How many jobs may start from this lane now (call with the lock held)."""
+        queue, job_type = split_lane(name)
+        room = self._slots.queue_room(queue)
+        if job_type is not None:
+            room = min(room, self._slots.type_room(job_type))
+        return room
+
+    def _open_types(self) -> list[str]:
+        with self._cond:
+            return self._slots.open_types(self._job_types)
+
+    def _start(self, jobs: list[DelayedJob]) -> None:
+        if not jobs:
+            return
+        now = time.monotonic()
+        started = [Running(job, now + _time_to_run(job).total_seconds()) for job in jobs]
+        with self._cond:
+            for running in started:
+                self._in_flight[running.job.pk] = running
+                self._slots.take(running.job.queue, running.job.job_type)
+        for running in started:
+            self._workers.submit(self._execute, running)
 
     def _reindex_unclaimed(self, ids: list[int]) -> None:
         """Ids popped but not claimed: put back those that should run later.
@@ -263,7 +357,7 @@ class Consumer:
                 self._warn_unknown_type(job_type)
                 continue
             due = run_at if run_at > now else now + LOCKED_RETRY
-            entries.append((pk, queue, due.timestamp()))
+            entries.append(index_entry(pk, queue, job_type, due.timestamp()))
         index_due_soon(entries)
 
     def _warn_unknown_type(self, job_type: str) -> None:
@@ -280,9 +374,11 @@ class Consumer:
     def _time_to_next(self, free: int) -> float | None:
         """Seconds to sleep; None when a burst run is done."""
         idle = settings.IDLE_TIMEOUT.total_seconds()
-        if free <= 0:
+        with self._cond:
+            open_lanes = [name for name in self._lanes if self._lane_room(name) > 0]
+        if free <= 0 or not open_lanes:
             return idle  # a finishing job wakes us
-        due = self.store.next_due(self.queues)
+        due = self.store.next_due(open_lanes)
         now = time.time()
         if self.burst and (due is None or due > now) and self._idle():
             return None
@@ -304,16 +400,38 @@ class Consumer:
 
     # Workers --------------------------------------------------------------------------
 
-    def _execute(self, job: DelayedJob) -> None:
+    def _execute(self, running: Running) -> None:
         """Run one claimed job in a worker thread and hand its outcome to the recorder."""
-        try:
-            self._recorder.put(self._run_job(job))
-        finally:
-            with self._cond:
+        job = running.job
+        with self._cond:
+            running.thread_id = threading.get_ident()
+        outcome = self._run_job(job)
+        with self._cond:
+            running.finished = True
+            timed_out = running.timed_out
+        if timed_out:
+            logger.warning(
+                "Job %s %s attempt %d returned after it had timed out; its outcome (%s) is "
+                "ignored [trace %s]",
+                job.pk,
+                job.job_type,
+                job.attempts,
+                outcome.error or "success",
+                job.trace_id,
+            )
+        else:
+            # Handed over before the slot is freed, so that an idle consumer is never one
+            # with an outcome still unrecorded.
+            self._recorder.put(outcome)
+        with self._cond:
+            if timed_out:
+                self._stuck.discard(running)
+            else:
                 self._in_flight.pop(job.pk, None)
-                self.processed += 1
-                self._wake_seq += 1
-                self._cond.notify_all()
+            self._slots.release(job.queue, job.job_type)
+            self.processed += 1
+            self._wake_seq += 1
+            self._cond.notify_all()
 
     def _run_job(self, job: DelayedJob) -> Outcome:
         error = tb = ""
@@ -325,9 +443,8 @@ class Consumer:
             jobtype = registry.get(job.job_type)
             jobtype.execute(job)
         except BaseException as exc:  # a job's SystemExit must not end the consumer
-            # NUL cannot be stored in a PostgreSQL text column.
-            error = f"{type(exc).__name__}: {exc}".replace("\x00", "\\x00")
-            tb = traceback.format_exc().replace("\x00", "\\x00")
+            error = _describe(exc)
+            tb = _storable(traceback.format_exc())
             retry_at = self._retry_at(job, exc)
         finished = timezone.now()
         close_old_connections()
@@ -341,6 +458,90 @@ class Consumer:
             traceback=tb,
             retry_at=retry_at,
         )
+
+    # Time-outs ------------------------------------------------------------------------
+
+    def _time_out_overdue(self) -> float | None:
+        """Record executions past their time_to_run as timed out; seconds to the next one.
+
+        A thread cannot be stopped, so a timed-out job keeps its thread and its slots
+        until it returns, and nothing it returns counts. The attempt is recorded at once,
+        with the stack where it is stuck, and retried or failed like any failure.
+        """
+        now = time.monotonic()
+        expired: list[Running] = []
+        next_deadline: float | None = None
+        with self._cond:
+            for running in self._in_flight.values():
+                if running.finished:
+                    continue
+                if running.deadline <= now:
+                    expired.append(running)
+                elif next_deadline is None or running.deadline < next_deadline:
+                    next_deadline = running.deadline
+            for running in expired:
+                running.timed_out = True
+                del self._in_flight[running.job.pk]
+                self._stuck.add(running)
+            stuck = len(self._stuck)
+        if expired:
+            frames = sys._current_frames()
+            for running in expired:
+                self._record_time_out(running, frames.get(running.thread_id or -1))
+            if stuck >= self.concurrency and not self._stopping:
+                logger.error(
+                    "Consumer %s: all %d worker threads are stuck in timed-out jobs; stopping "
+                    "so that a fresh process can take over (exit code %d).",
+                    self.worker_id,
+                    stuck,
+                    EXIT_ALL_THREADS_STUCK,
+                )
+                self.exit_code = EXIT_ALL_THREADS_STUCK
+                self._stopping = True
+                self._stop_event.set()
+        return None if next_deadline is None else max(next_deadline - now, 0.0)
+
+    def _record_time_out(self, running: Running, frame: FrameType | None) -> None:
+        job = running.job
+        time_to_run = _time_to_run(job)
+        exc = JobTimeout(
+            f"attempt {job.attempts} ran past the time_to_run of {job.job_type} "
+            f"({time_to_run}); its thread is left to finish on its own"
+        )
+        if frame is None:
+            stack = "(the job had not started in its thread yet)\n"
+        else:
+            stack = "".join(traceback.format_stack(frame))
+        retry_at = self._retry_at(job, exc)
+        outcome = Outcome(
+            job=job,
+            worker_id=self.worker_id,
+            started_at=job.started_at or timezone.now(),
+            finished_at=timezone.now(),
+            error=_describe(exc),
+            traceback=_storable(f"Where the job was when it timed out:\n{stack}"),
+            retry_at=retry_at,
+            timed_out=True,
+        )
+        self._recorder.put(outcome)
+        logger.warning(
+            "Job %s %s attempt %d timed out after %s; %s [trace %s]",
+            job.pk,
+            job.job_type,
+            job.attempts,
+            time_to_run,
+            f"retrying at {retry_at.isoformat()}" if retry_at else "no retries left, marked failed",
+            job.trace_id,
+        )
+
+    def _drain(self) -> None:
+        """Wait for running jobs to finish, timing out those that run past time_to_run."""
+        while True:
+            wait = self._time_out_overdue()
+            with self._cond:
+                if not self._in_flight:
+                    return
+                self._cond.wait(ERROR_BACKOFF if wait is None else max(wait, 0.001))
 
     def _retry_at(self, job: DelayedJob, exc: BaseException) -> datetime | None:
         if job.max_attempts is not None and job.attempts >= job.max_attempts:
@@ -421,6 +622,7 @@ class Consumer:
             try:
                 self.wake()  # anything published while we were not subscribed is missed
                 while not self._stop_event.is_set():
+                    self._probe_redis()
                     if pubsub.get_message(timeout=0.5) is not None:
                         self.wake()
             except RedisError:
@@ -428,11 +630,18 @@ class Consumer:
             finally:
                 pubsub.close()
 
+    def _probe_redis(self) -> None:
+        """In Redis-down mode, tell the main loop as soon as Redis answers again."""
+        if self._database_mode and not self._redis_back.is_set():
+            self.store.ping()
+            self._redis_back.set()
+            self.wake()
+
     def _heartbeat(self) -> None:
         """Renew the leases of running jobs well before they expire."""
         while not self._drained.wait(self._heartbeat_interval()):
             with self._cond:
-                running = list(self._in_flight.values())
+                running = [execution.job for execution in self._in_flight.values()]
             if not running:
                 continue
             by_lease: dict[timedelta, list[int]] = defaultdict(list)
@@ -460,29 +669,123 @@ class Consumer:
         except (DatabaseError, RedisError) as exc:
             logger.error("Pre-loader pass failed: %s", exc)
 
+    # Redis-down mode ------------------------------------------------------------------
+
+    def _database_turn(self) -> float | None:
+        """Claim due jobs straight from the database; return how long to sleep."""
+        if self._redis_back.is_set():
+            self._leave_database_mode()
+            return 0.0
+        interval = settings.DATABASE_POLL_INTERVAL.total_seconds()
+        self._reap_expired_leases(interval)
+        with self._cond:
+            free = self._slots.free()
+            open_queues = [queue for queue in self.queues if self._slots.queue_room(queue) > 0]
+            open_types = self._slots.open_types(self._job_types)
+        if free > 0 and open_queues and open_types:
+            jobs = transitions.claim_due(
+                queues=open_queues,
+                job_types=open_types,
+                limit=free,
+                choose=self._choose,
+                worker_id=self.worker_id,
+                now=self._claim_time(),
+                leases=self._leases,
+                default_lease=JobType.time_to_run,
+            )
+            self._start(jobs)
+            if jobs:
+                return 0.0
+        if free <= 0 or not open_queues or not open_types:
+            return interval  # a finishing job wakes us
+        due = DelayedJob.objects.filter(
+            queue__in=self.queues, job_type__in=self._job_types
+        ).next_run_at()
+        if due is None or due > timezone.now():
+            if self.burst and self._idle():
+                return None
+            if due is None:
+                return interval
+            return min((due - timezone.now()).total_seconds(), interval)
+        # Due but not claimed: locked by a caller's transaction, or taken by a consumer
+        # polling at the same moment. Look again shortly.
+        return LOCKED_RETRY.total_seconds()
+
+    def _choose(self, candidates: list[Candidate]) -> list[Candidate]:
+        with self._cond:
+            fit, _over = self._slots.choose(candidates)
+        return fit
+
+    def _reap_expired_leases(self, interval: float) -> None:
+        """The pre-loader reaps under a Redis lock, so without Redis the consumers do it."""
+        now = time.monotonic()
+        if now < self._next_reap:
+            return
+        self._next_reap = now + interval
+        reaped = transitions.reap_expired_leases(timezone.now())
+        if reaped:
+            logger.warning(
+                "Consumer %s: returned %d job(s) whose lease expired to the schedule.",
+                self.worker_id,
+                len(reaped),
+            )
+
+    def _enter_database_mode(self, exc: BaseException) -> None:
+        self._database_mode = True
+        self._redis_back.clear()
+        self._backlog = False
+        logger.warning(
+            "Consumer %s: Redis unreachable (%s); claiming due jobs from the database every "
+            "%g s until it is back.",
+            self.worker_id,
+            exc,
+            settings.DATABASE_POLL_INTERVAL.total_seconds(),
+        )
+
+    def _leave_database_mode(self) -> None:
+        # Redis may be back without its data: fill the window before relying on it.
+        result = preloader.preload(store=self.store)
+        self._database_mode = False
+        self._redis_failures = 0
+        logger.warning(
+            "Consumer %s: Redis is back; claiming from Redis again (pre-loader pass: %s).",
+            self.worker_id,
+            result,
+        )
+
     # Error reporting ------------------------------------------------------------------
 
     def _failed(self, exc: BaseException) -> float:
         """Log a failure of the main loop; return how long to wait before trying again.
 
         The first failure is retried at once: usually an idle connection that the server,
-        a pooler or the network dropped, which a reconnect mends. Then back off.
+        a pooler or the network dropped, which a reconnect mends. A second Redis failure
+        switches to Redis-down mode; the database is waited for, with a back-off.
         """
-        what = "database" if isinstance(exc, DatabaseError) else "Redis"
-        self._consecutive_failures += 1
-        if self._consecutive_failures == 1:
-            logger.info("Consumer %s: %s error (%s); retrying at once.", self.worker_id, what, exc)
+        if isinstance(exc, RedisError):
+            self._redis_back.clear()
+            if self._database_mode:
+                return 0.0  # it failed again on the way back: stay, say nothing new
+            self._redis_failures += 1
+            if self._redis_failures == 1:
+                logger.info("Consumer %s: Redis error (%s); retrying at once.", self.worker_id, exc)
+            else:
+                self._enter_database_mode(exc)
             return 0.0
-        if self._failing != what:
-            logger.error("Consumer %s: %s unavailable (%s); retrying.", self.worker_id, what, exc)
-            self._failing = what
+        self._database_failures += 1
+        if self._database_failures == 1:
+            logger.info("Consumer %s: database error (%s); retrying at once.", self.worker_id, exc)
+            return 0.0
+        if not self._database_down:
+            logger.error("Consumer %s: database unavailable (%s); retrying.", self.worker_id, exc)
+            self._database_down = True
         return ERROR_BACKOFF
 
-    def _recovered(self) -> None:
-        self._consecutive_failures = 0
-        if self._failing is not None:
-            logger.warning("Consumer %s: %s is back.", self.worker_id, self._failing)
-            self._failing = None
+    def _database_recovered(self) -> None:
+        self._database_failures = 0
+        if self._database_down:
+            logger.warning("Consumer %s: database is back.", self.worker_id)
+            self._database_down = False
 
 
 _FALLBACK_JOB_TYPE = JobType()
@@ -493,3 +796,17 @@ def _time_to_run(job: DelayedJob) -> timedelta:
         return registry.get(job.job_type).time_to_run
     except UnknownJobType:
         return JobType.time_to_run
+
+
+def _describe(exc: BaseException) -> str:
+    """``Type: message`` of an exception, storable even if its ``__str__`` fails."""
+    try:
+        message = str(exc)
+    except Exception:
+        message = "<the exception's str() failed>"
+    return _storable(f"{type(exc).__name__}: {message}")
+
+
+def _storable(text: str) -> str:
+    # NUL cannot be stored in a PostgreSQL text column.
+    return text.replace("\x00", "\\x00")

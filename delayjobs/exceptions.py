@@ -43,3 +43,12 @@ class JobNotFound(DelayJobsError, LookupError):
 
 class InvalidTransition(DelayJobsError):
     """The job's current status does not allow this operation."""
+
+
+class JobTimeout(DelayJobsError, TimeoutError):
+    """An execution ran past its job type's ``time_to_run``.
+
+    Never raised inside the job (a Python thread cannot be interrupted): the consumer
+    records the attempt as timed out with the stack where the job was stuck, and passes
+    this to ``JobType.retry_delay`` to decide on a retry.
+    """

@@ -36,10 +36,14 @@ class JobType:
     queue: ClassVar[str] = "default"
     #: Executions before the job is marked failed; ``None`` retries forever.
     max_attempts: ClassVar[int | None] = 5
-    #: The lease: how long one execution may hold the job before another consumer may
-    #: take it over. Consumers renew it while the job runs, so it bounds recovery time
-    #: after a crash, not the job's duration.
+    #: The longest one execution may run. Past it the attempt is recorded as timed out
+    #: (with the stack where it was stuck) and retried or failed like any failure; the
+    #: stuck thread keeps only its own slot. It is also the lease: a consumer that dies
+    #: mid-job gives the job back to the others this long after its last heartbeat.
     time_to_run: ClassVar[timedelta] = timedelta(minutes=5)
+    #: The most jobs of this type one consumer process runs at once; ``None``: no limit
+    #: but the consumer's own. A flood of a slow type then leaves slots for the others.
+    concurrency: ClassVar[int | None] = None
     #: Backoff of the default ``retry_delay``: ``base * 2 ** (attempt - 1)``, capped,
     #: with full jitter.
     retry_backoff_base: ClassVar[timedelta] = timedelta(seconds=2)
@@ -142,32 +146,35 @@ def validate_job_type_class(cls: object) -> None:
     if not (isinstance(cls, type) and issubclass(cls, JobType)):
         raise ImproperlyConfigured(f"@delayjobs.register expects a JobType subclass, got {cls!r}.")
     label = _qualified_name(cls)
-    if not isinstance(cls.name, str) or not NAME_PATTERN.match(cls.name):
+    if not isinstance(cls.name, str) or not NAME_PATTERN.fullmatch(cls.name):
         raise ImproperlyConfigured(
             f"{label}.name must be 1-200 characters of letters, digits and '_.:-'; "
             f"got {cls.name!r}."
         )
-    if not isinstance(cls.queue, str) or not QUEUE_PATTERN.match(cls.queue):
+    if not isinstance(cls.queue, str) or not QUEUE_PATTERN.fullmatch(cls.queue):
         raise ImproperlyConfigured(
             f"{label}.queue must be 1-100 characters of letters, digits and '_.-'; "
             f"got {cls.queue!r}."
         )
     if cls.execute is JobType.execute:
         raise ImproperlyConfigured(f"{label} must implement execute(self, job).")
-    max_attempts = cls.max_attempts
-    if max_attempts is not None and (
-        isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1
-    ):
-        raise ImproperlyConfigured(
-            f"{label}.max_attempts must be a positive int or None (retry forever); "
-            f"got {max_attempts!r}."
-        )
+    _check_optional_positive_int(cls, "max_attempts", "retry forever")
+    _check_optional_positive_int(cls, "concurrency", "no limit of its own")
     for attr in ("time_to_run", "retry_backoff_base", "retry_backoff_cap"):
         value = getattr(cls, attr)
         if not isinstance(value, timedelta) or value <= timedelta(0):
             raise ImproperlyConfigured(
                 f"{label}.{attr} must be a positive timedelta; got {value!r}."
             )
+
+
+def _check_optional_positive_int(cls: type[JobType], attr: str, none_means: str) -> None:
+    value = getattr(cls, attr)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ImproperlyConfigured(
+            f"{_qualified_name(cls)}.{attr} must be a positive int or None ({none_means}); "
+            f"got {value!r}."
+        )
 
 
 def _qualified_name(cls: type) -> str:

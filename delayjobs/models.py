@@ -65,6 +65,10 @@ class DelayedJobQuerySet(models.QuerySet["DelayedJob"]):
     def lease_expired(self, now: datetime) -> DelayedJobQuerySet:
         return self.filter(status=JobStatus.RUNNING, lease_expires_at__lt=now)
 
+    def next_run_at(self) -> datetime | None:
+        """When the earliest scheduled job among these is due (scheduled_due index)."""
+        return self.scheduled().order_by("run_at").values_list("run_at", flat=True).first()
+
 
 class DelayedJob(models.Model):
     job_type = models.CharField(_("job type"), max_length=200)
@@ -184,6 +188,7 @@ class AttemptOutcome(models.TextChoices):
     RETRYING = "retrying", _("failed, will retry")
     FAILED = "failed", _("failed")
     LEASE_EXPIRED = "lease_expired", _("lease expired")
+    TIMED_OUT = "timed_out", _("timed out")
 
 
 class JobAttempt(models.Model):

@@ -16,7 +16,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from django.db import DatabaseError
 from django.utils import timezone
+from redis import RedisError
 
 from delayjobs.api import schedule
 from delayjobs.conf import settings
@@ -24,7 +26,7 @@ from delayjobs.db import drop_broken_connections
 from delayjobs.exceptions import DuplicateJob, InvalidJob
 from delayjobs.jobtypes import JobType, registry
 from delayjobs.models import DelayedJob
-from delayjobs.redis_store import RedisStore, get_store
+from delayjobs.redis_store import RedisStore, get_store, index_entry
 from delayjobs.transitions import reap_expired_leases
 
 logger = logging.getLogger(__name__)
@@ -120,12 +122,15 @@ def load_window(store: RedisStore, horizon: datetime) -> int:
         if after is not None:
             # Keyset pagination: constant cost per page, unlike OFFSET.
             page = page.filter(run_at__gte=after[0]).exclude(run_at=after[0], id__lte=after[1])
-        batch = list(page.values_list("id", "queue", "run_at")[:batch_size])
+        batch = list(page.values_list("id", "queue", "job_type", "run_at")[:batch_size])
         if not batch:
             return loaded
-        store.add((pk, queue, run_at.timestamp()) for pk, queue, run_at in batch)
+        store.add(
+            index_entry(pk, queue, job_type, run_at.timestamp())
+            for pk, queue, job_type, run_at in batch
+        )
         loaded += len(batch)
-        last_pk, _queue, last_run_at = batch[-1]
+        last_pk, _queue, _job_type, last_run_at = batch[-1]
         after = (last_run_at, last_pk)
         if len(batch) < batch_size:
             return loaded
@@ -133,14 +138,24 @@ def load_window(store: RedisStore, horizon: datetime) -> int:
 
 def run_forever(stop: threading.Event) -> None:
     """Run a pass every PRELOAD_INTERVAL until ``stop`` is set; errors are logged, not fatal."""
+    unavailable = False  # Redis or the database is away: said once, not every interval
     while not stop.is_set():
         started = time.monotonic()
         drop_broken_connections()
         try:
             result = preload()
             # Routine passes are debug noise; recovering leases or planning jobs is news.
-            notable = result.reaped or result.planned or result.errors
+            notable = result.reaped or result.planned or result.errors or unavailable
             logger.log(logging.INFO if notable else logging.DEBUG, "Pre-loader pass: %s", result)
+            unavailable = False
+        except (RedisError, DatabaseError) as exc:
+            if not unavailable:
+                logger.error(
+                    "Pre-loader pass failed (%s); trying again every interval, quietly "
+                    "until a pass succeeds",
+                    exc,
+                )
+            unavailable = True
         except Exception:
             logger.exception("Pre-loader pass failed; trying again next interval")
         elapsed = time.monotonic() - started

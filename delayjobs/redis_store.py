@@ -4,6 +4,11 @@ Per queue, one sorted set (member: job id, score: ``run_at`` as epoch seconds) a
 pub/sub channel that announces "the earliest due time of this queue just moved earlier".
 Both keys carry the queue as a Redis Cluster hash tag, so each script touches one slot.
 Redis only ever holds ids and times: everything else stays in the database row.
+
+Lanes: a job type with a concurrency limit of its own (``JobType.concurrency``) gets a
+sorted set of its own within each queue. A consumer pops it only while the type has a
+free slot, so a flood of that type neither takes every slot nor has to be popped and put
+back over and over. Every other job of the queue shares the queue's set.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 
 from delayjobs.conf import settings
+from delayjobs.jobtypes import registry
 
 logger = logging.getLogger(__name__)
 
@@ -65,8 +71,11 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) 
 return 0
 """
 
-#: An entry of the index: (job id, queue, due time as epoch seconds).
+#: An entry of the index: (job id, lane, due time as epoch seconds); see ``lane``.
 IndexEntry = tuple[int, str, float]
+
+#: Separates queue and job type in a lane's name; queue names cannot contain it.
+LANE_SEPARATOR = "|"
 
 #: Entries per script call: Lua's unpack() fails past a few thousand values.
 SCRIPT_CHUNK = 1000
@@ -136,26 +145,70 @@ def describe_target() -> str:
     return mask_url(target)
 
 
+#: Query parameters that carry a secret: redis-py reads ``password`` from the query string
+#: and hands the others to the connection as they are (``ssl_password``: the key file's).
+_SECRET_PARAMETER = re.compile(r"([?&][^=&#]*password=)[^&#]*", re.IGNORECASE)
+
+
 def mask_url(url: str) -> str:
-    # redis-py also reads a password from the query string (``?password=...``).
-    url = re.sub(r"([?&]password=)[^&#]*", r"\1***", url, flags=re.IGNORECASE)
+    """``url`` with every password replaced by ``***``, for logs and error messages.
+
+    Masks the credentials and any query parameter whose name ends in ``password``. Errs
+    on the side of hiding: everything before the last ``@`` counts as credentials (a
+    password may hold a raw ``/``, ``?`` or ``#`` that a URL parser would cut it at), and
+    a string that is not quite a URL (``redis:/:pw@host``) is masked all the same.
+    """
+    url = _SECRET_PARAMETER.sub(r"\1***", url)
     scheme, sep, rest = url.partition("://")
-    if not sep or "@" not in rest:
+    if not sep:
+        scheme, rest = "", url
+    if "@" not in rest:
         return url
     credentials, _, host = rest.rpartition("@")
-    user = credentials.split(":", 1)[0]
-    return f"{scheme}://{user + ':' if user else ':'}***@{host}"
+    user, colon, _password = credentials.partition(":")
+    # Without a colon the one token may be a password written as a user name: hide it.
+    shown = f"{user}:***" if colon else "***"
+    return f"{scheme}{sep}{shown}@{host}"
 
 
 def _prefix() -> str:
     return settings.KEY_PREFIX
 
 
-def due_key(queue: str) -> str:
-    return f"{_prefix()}:{{{queue}}}:due"
+def lane(queue: str, job_type: str) -> str:
+    """Where a job waits: its queue, or ``queue|job_type`` for a type with its own limit."""
+    if job_type in registry and registry.get(job_type).concurrency is not None:
+        return f"{queue}{LANE_SEPARATOR}{job_type}"
+    return queue
 
 
-def wake_channel(queue: str) -> str:
+def lanes(queue: str) -> list[str]:
+    """Every lane of ``queue``: its own and one per job type with a limit of its own."""
+    limited = sorted(jt.name for jt in registry if jt.concurrency is not None)
+    return [queue, *(f"{queue}{LANE_SEPARATOR}{name}" for name in limited)]
+
+
+def split_lane(name: str) -> tuple[str, str | None]:
+    """(queue, job type or None) of a lane."""
+    queue, _separator, job_type = name.partition(LANE_SEPARATOR)
+    return queue, job_type or None
+
+
+def index_entry(job_id: int, queue: str, job_type: str, due: float) -> IndexEntry:
+    """The index entry of a job due at ``due`` (epoch seconds), in its lane."""
+    return (job_id, lane(queue, job_type), due)
+
+
+def due_key(lane_name: str) -> str:
+    """The sorted set of a lane (a plain queue name is its queue's own lane)."""
+    queue, job_type = split_lane(lane_name)
+    key = f"{_prefix()}:{{{queue}}}:due"
+    return key if job_type is None else f"{key}:{job_type}"
+
+
+def wake_channel(lane_name: str) -> str:
+    """The wake channel of a lane's queue: one per queue, whatever the lane."""
+    queue, _job_type = split_lane(lane_name)
     return f"{_prefix()}:{{{queue}}}:wake"
 
 
@@ -177,33 +230,35 @@ class RedisStore:
         self._release = self.client.register_script(RELEASE_LOCK_LUA)
 
     def add(self, entries: Iterable[IndexEntry]) -> int:
-        """Add entries, or move them earlier (never later); one round trip for all queues."""
-        argv_by_queue: dict[str, list[str]] = defaultdict(list)
-        for job_id, queue, score in entries:
-            argv_by_queue[queue] += [repr(float(score)), str(job_id)]
-        if not argv_by_queue:
+        """Add entries, or move them earlier (never later); one round trip for all lanes."""
+        argv_by_lane: dict[str, list[str]] = defaultdict(list)
+        for job_id, lane_name, score in entries:
+            argv_by_lane[lane_name] += [repr(float(score)), str(job_id)]
+        if not argv_by_lane:
             return 0
         pipe = self.client.pipeline(transaction=False)
-        for queue, argv in argv_by_queue.items():
-            keys = [due_key(queue), wake_channel(queue)]
+        for lane_name, argv in argv_by_lane.items():
+            keys = [due_key(lane_name), wake_channel(lane_name)]
             for start in range(0, len(argv), 2 * SCRIPT_CHUNK):
                 self._add(keys=keys, args=argv[start : start + 2 * SCRIPT_CHUNK], client=pipe)
         return sum(int(n) for n in pipe.execute())
 
     def remove(self, entries: Iterable[IndexEntry]) -> None:
         """Drop entries (a cancelled job need not wait to be popped and skipped)."""
-        members_by_queue: dict[str, list[str]] = defaultdict(list)
-        for job_id, queue, _score in entries:
-            members_by_queue[queue].append(str(job_id))
-        if not members_by_queue:
+        members_by_lane: dict[str, list[str]] = defaultdict(list)
+        for job_id, lane_name, _score in entries:
+            members_by_lane[lane_name].append(str(job_id))
+        if not members_by_lane:
             return
         pipe = self.client.pipeline(transaction=False)
-        for queue, members in members_by_queue.items():
-            pipe.zrem(due_key(queue), *members)
+        for lane_name, members in members_by_lane.items():
+            pipe.zrem(due_key(lane_name), *members)
         pipe.execute()
 
-    def pop_due(self, queue: str, now: float, limit: int) -> tuple[list[tuple[int, float]], bool]:
-        """Atomically take at most ``limit`` (id, score) pairs due by ``now`` off ``queue``.
+    def pop_due(
+        self, lane_name: str, now: float, limit: int
+    ) -> tuple[list[tuple[int, float]], bool]:
+        """Atomically take at most ``limit`` (id, score) pairs due by ``now`` off a lane.
 
         Also says whether more were due than taken: a backlog, which the consumer drains
         in larger batches.
@@ -211,16 +266,16 @@ class RedisStore:
         if limit <= 0:
             return [], False
         limit = min(limit, SCRIPT_CHUNK)
-        raw = self._pop_due(keys=[due_key(queue)], args=[repr(now), limit])
+        raw = self._pop_due(keys=[due_key(lane_name)], args=[repr(now), limit])
         more_due, found = bool(int(raw[0])), raw[1:]
         taken = [(int(_decode(found[i])), float(found[i + 1])) for i in range(0, len(found), 2)]
         return taken, more_due
 
-    def next_due(self, queues: Iterable[str]) -> float | None:
-        """The earliest score over ``queues``, or None if all are empty."""
+    def next_due(self, lane_names: Iterable[str]) -> float | None:
+        """The earliest score over some lanes (or queues), or None if all are empty."""
         pipe = self.client.pipeline(transaction=False)
-        for queue in queues:
-            pipe.zrange(due_key(queue), 0, 0, withscores=True)
+        for lane_name in lane_names:
+            pipe.zrange(due_key(lane_name), 0, 0, withscores=True)
         scores = [entry[0][1] for entry in pipe.execute() if entry]
         return min(scores) if scores else None
 
@@ -246,6 +301,10 @@ class RedisStore:
         finally:
             if acquired:
                 self._release(keys=[preload_lock_key()], args=[token])
+
+    def ping(self) -> None:
+        """Raise RedisError unless Redis answers (used to notice that it is back)."""
+        self.client.ping()
 
     def subscribe_wake(self, queues: Iterable[str]) -> redis.client.PubSub:
         pubsub = self.client.pubsub(ignore_subscribe_messages=True)

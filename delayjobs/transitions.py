@@ -10,7 +10,7 @@ attempt that replaced it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -29,6 +29,8 @@ from delayjobs.models import (
     JobStatus,
     jobs_database,
 )
+from delayjobs.redis_store import index_entry
+from delayjobs.slots import Candidate
 
 if TYPE_CHECKING:
     from delayjobs.redis_store import IndexEntry
@@ -175,6 +177,51 @@ def _claim_with_update(
     )
 
 
+def claim_due(
+    *,
+    queues: Sequence[str],
+    job_types: Sequence[str],
+    limit: int,
+    choose: Callable[[list[Candidate]], list[Candidate]],
+    worker_id: str,
+    now: datetime,
+    leases: Mapping[str, timedelta],
+    default_lease: timedelta,
+) -> list[DelayedJob]:
+    """Claim due jobs straight from the database, without Redis (Redis-down mode).
+
+    Reads up to ``limit`` due rows of ``queues`` and ``job_types`` in due order, lets
+    ``choose`` keep those that fit the consumer's slots, and claims them, in one
+    transaction. On PostgreSQL the rows read are locked with SKIP LOCKED, so consumers
+    polling together each get different rows instead of racing for the same ones; the
+    claim itself is the usual conditional one either way.
+    """
+    if limit <= 0 or not queues or not job_types:
+        return []
+    database = jobs_database()
+    due = DelayedJob.objects.filter(
+        status=JobStatus.SCHEDULED,
+        # Not CLAIM_TOLERANCE: that absorbs the float rounding of Redis scores, and rows
+        # read here have none. A job never starts before its run_at.
+        run_at__lte=now,
+        queue__in=queues,
+        job_type__in=job_types,
+    ).order_by("run_at", "id")
+    with transaction.atomic(using=database):
+        if connections[database].features.has_select_for_update_skip_locked:
+            due = due.select_for_update(skip_locked=True)
+        rows = due.values_list("pk", "queue", "job_type")[:limit]
+        chosen = choose([Candidate(pk, queue, job_type) for pk, queue, job_type in rows])
+        return claim(
+            [candidate.pk for candidate in chosen],
+            worker_id=worker_id,
+            now=now,
+            job_types=job_types,
+            leases=leases,
+            default_lease=default_lease,
+        )
+
+
 def renew_leases(jobs_by_lease: Mapping[timedelta, Iterable[int]], *, worker_id: str) -> int:
     """Push the leases of jobs this worker is still running further out (heartbeat)."""
     now = timezone.now()
@@ -198,6 +245,8 @@ class Outcome:
     traceback: str = ""
     #: For a failed execution: when to try again, or None to mark the job failed.
     retry_at: datetime | None = None
+    #: The execution ran past its time_to_run; it may still be running, unheeded.
+    timed_out: bool = False
 
     @property
     def succeeded(self) -> bool:
@@ -205,6 +254,8 @@ class Outcome:
 
     @property
     def attempt_outcome(self) -> AttemptOutcome:
+        if self.timed_out:
+            return AttemptOutcome.TIMED_OUT
         if self.succeeded:
             return AttemptOutcome.SUCCEEDED
         return AttemptOutcome.RETRYING if self.retry_at else AttemptOutcome.FAILED
@@ -227,7 +278,10 @@ def record_outcomes(outcomes: Sequence[Outcome]) -> list[IndexEntry]:
                 claim_of = (outcome.worker_id, outcome.job.attempts, outcome.job.started_at)
                 successes.setdefault(claim_of, []).append(outcome.job.pk)
             elif _record_failure(outcome) and outcome.retry_at is not None:
-                retries.append((outcome.job.pk, outcome.job.queue, outcome.retry_at.timestamp()))
+                job = outcome.job
+                retries.append(
+                    index_entry(job.pk, job.queue, job.job_type, outcome.retry_at.timestamp())
+                )
         for (worker_id, attempt, claimed_at), ids in successes.items():
             _running(ids, attempt, worker_id, claimed_at).update(
                 status=JobStatus.SUCCEEDED, finished_at=recorded_at, lease_expires_at=None
@@ -330,16 +384,18 @@ def reap_expired_leases(now: datetime, limit: int = 1000) -> list[IndexEntry]:
             "marked failed, no attempts left" if exhausted else "scheduled again",
         )
         if not exhausted:
-            rescheduled.append((job.pk, job.queue, job.run_at.timestamp()))
+            rescheduled.append(index_entry(job.pk, job.queue, job.job_type, job.run_at.timestamp()))
     return rescheduled
 
 
 def cancel(jobs: QuerySet[DelayedJob]) -> list[IndexEntry]:
     """``scheduled -> cancelled`` for the given jobs; returns those cancelled."""
-    candidates = list(jobs.filter(status=JobStatus.SCHEDULED).values_list("pk", "queue", "run_at"))
+    candidates = list(
+        jobs.filter(status=JobStatus.SCHEDULED).values_list("pk", "queue", "job_type", "run_at")
+    )
     if not candidates:
         return []
-    ids = [pk for pk, _queue, _run_at in candidates]
+    ids = [pk for pk, *_rest in candidates]
     now = timezone.now()
     with transaction.atomic(using=jobs_database()):
         # Lock first so the returned list is exactly what changed, even under races.
@@ -351,7 +407,11 @@ def cancel(jobs: QuerySet[DelayedJob]) -> list[IndexEntry]:
         DelayedJob.objects.filter(pk__in=locked, status=JobStatus.SCHEDULED).update(
             status=JobStatus.CANCELLED, finished_at=now, lease_expires_at=None
         )
-    return [(pk, queue, run_at.timestamp()) for pk, queue, run_at in candidates if pk in locked]
+    return [
+        index_entry(pk, queue, job_type, run_at.timestamp())
+        for pk, queue, job_type, run_at in candidates
+        if pk in locked
+    ]
 
 
 def move(job: DelayedJob, **changes: Any) -> DelayedJob:

@@ -64,3 +64,52 @@ class NulError(delayjobs.JobType):
 
     def execute(self, job: DelayedJob) -> None:
         raise ValueError("bad byte \x00 in input")
+
+
+@delayjobs.register
+class Limited(Scripted):
+    """``tests.scripted`` with a limit of its own: at most 2 running per consumer."""
+
+    name = "tests.limited"
+    concurrency = 2
+
+
+@delayjobs.register
+class SlowQueue(Scripted):
+    """``tests.scripted`` on the queue "slow", which tests limit with QUEUE_CONCURRENCY."""
+
+    name = "tests.slow_queue"
+    queue = "slow"
+
+
+class StrFails(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("this exception cannot be described")
+
+
+#: What ``tests.raises`` raises, by the payload's "raise": BaseException subclasses that
+#: would end a careless consumer, and an exception whose str() itself fails.
+RAISES: dict[str, type[BaseException]] = {
+    "SystemExit": SystemExit,
+    "KeyboardInterrupt": KeyboardInterrupt,
+    "GeneratorExit": GeneratorExit,
+    "StrFails": StrFails,
+}
+
+
+@delayjobs.register
+class Raises(delayjobs.JobType):
+    """Records its execution, then raises ``RAISES[payload["raise"]]`` on every attempt."""
+
+    name = "tests.raises"
+    max_attempts = 2
+    retry_backoff_base = timedelta(milliseconds=50)
+    retry_backoff_cap = timedelta(milliseconds=100)
+
+    def execute(self, job: DelayedJob) -> None:
+        Execution.objects.create(job_id=job.pk, attempt=job.attempts, worker_id=job.worker_id)
+        raise RAISES[job.payload["raise"]]()
+
+
+# The fault suite's job type (tests/faults/jobs.py), found by the same autodiscovery.
+import tests.faults.jobs  # noqa: E402, F401

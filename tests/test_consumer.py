@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import signal
 from collections import Counter
-from collections.abc import Iterable, Sequence
 from datetime import timedelta
 from pathlib import Path
 
@@ -23,7 +22,15 @@ from django.utils import timezone
 import delayjobs
 from delayjobs.models import AttemptOutcome, DelayedJob, JobAttempt, JobStatus
 from delayjobs.redis_store import due_key
-from tests.conftest import ConsumerFactory, ConsumerProcess
+from tests.conftest import ConsumerFactory
+from tests.consumers import (
+    executions_per_job,
+    history,
+    statuses,
+    wait_executed,
+    wait_final,
+    wait_output,
+)
 from tests.models import Execution
 from tests.utils import wait_for, wait_listening
 
@@ -31,64 +38,6 @@ pytestmark = [pytest.mark.subprocess, pytest.mark.django_db(transaction=True)]
 
 SCRIPTED = "tests.scripted"
 QUEUE = "default"
-ACTIVE = (JobStatus.SCHEDULED, JobStatus.RUNNING)
-
-
-def check_alive(consumers: Iterable[ConsumerProcess]) -> None:
-    """Fail at once, with its output, if a consumer that should be running has exited."""
-    for consumer in consumers:
-        if consumer.returncode is not None:
-            raise AssertionError(
-                f"consumer {consumer.pid} exited with {consumer.returncode}:\n{consumer.output()}"
-            )
-
-
-def wait_final(
-    ids: Sequence[int],
-    consumers: Sequence[ConsumerProcess] = (),
-    timeout: float = 60.0,
-    interval: float = 0.02,
-) -> None:
-    """Wait until none of the jobs is scheduled or running any more."""
-
-    def done() -> bool:
-        check_alive(consumers)
-        return not DelayedJob.objects.filter(pk__in=ids, status__in=ACTIVE).exists()
-
-    try:
-        wait_for(done, timeout=timeout, interval=interval)
-    except AssertionError:
-        left = Counter(DelayedJob.objects.filter(pk__in=ids).values_list("status", flat=True))
-        logs = "\n".join(consumer.output()[-3000:] for consumer in consumers)
-        raise AssertionError(f"jobs not final within {timeout}s: {dict(left)}\n{logs}") from None
-
-
-def wait_executed(job: DelayedJob, consumers: Sequence[ConsumerProcess], attempt: int = 1) -> None:
-    def started() -> bool:
-        check_alive(consumers)
-        return Execution.objects.filter(job_id=job.pk, attempt=attempt).exists()
-
-    wait_for(started, message=f"job {job.pk} attempt {attempt} never started")
-
-
-def wait_output(consumer: ConsumerProcess, text: str) -> None:
-    wait_for(
-        lambda: text in consumer.output(),
-        message=f"{text!r} not in the output of consumer {consumer.pid}",
-    )
-
-
-def statuses(ids: Iterable[int]) -> Counter[str]:
-    return Counter(DelayedJob.objects.filter(pk__in=list(ids)).values_list("status", flat=True))
-
-
-def executions_per_job() -> Counter[int]:
-    return Counter(Execution.objects.values_list("job_id", flat=True))
-
-
-def history(job: DelayedJob) -> list[tuple[int, str, str]]:
-    """The job's attempt rows as (number, worker, outcome), in order."""
-    return list(job.history.order_by("number").values_list("number", "worker_id", "outcome"))
 
 
 # Running what is due ---------------------------------------------------------------------

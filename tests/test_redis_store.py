@@ -8,11 +8,14 @@ import pytest
 import redis
 from django.conf import settings as django_settings
 
+import delayjobs
 from delayjobs.redis_store import (
     RedisStore,
     describe_target,
     due_key,
     get_store,
+    lane,
+    lanes,
     mask_url,
     preload_lock_key,
     wake_channel,
@@ -328,3 +331,22 @@ def test_store_can_reuse_a_django_redis_cache_connection(settings, redis_client)
     get_store().add([(3, "default", 30.0)])
     assert redis_client.zscore(due_key("default"), "3") == 30.0
     assert get_store().pop_due("default", 31.0, 5) == ([(3, 30.0)], False)
+
+
+# Lanes --------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)  # the hand-off to Redis happens on commit
+def test_a_job_type_with_its_own_limit_waits_in_its_own_lane(redis_client):
+    """tests.limited (concurrency 2) has a sorted set of its own within its queue."""
+    assert lane("default", "tests.scripted") == "default"
+    assert lane("default", "tests.limited") == "default|tests.limited"
+    assert "default|tests.limited" in lanes("default")
+    limited = delayjobs.schedule("tests.limited")
+    plain = delayjobs.schedule("tests.scripted")
+    assert redis_client.zrange(due_key("default|tests.limited"), 0, -1) == [
+        str(limited.pk).encode()
+    ]
+    assert redis_client.zrange(due_key("default"), 0, -1) == [str(plain.pk).encode()]
+    # Both lanes are in the queue's hash slot and share its wake channel.
+    assert due_key("default|tests.limited").startswith(due_key("default"))

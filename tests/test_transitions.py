@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 
 import delayjobs
@@ -12,6 +13,7 @@ from delayjobs import transitions
 from delayjobs.jobtypes import registry
 from delayjobs.models import AttemptOutcome, DelayedJob, JobAttempt, JobStatus
 from delayjobs.transitions import Outcome, claim, reap_expired_leases, record_outcomes
+from tests.utils import row_locked
 
 pytestmark = pytest.mark.django_db
 
@@ -159,35 +161,14 @@ def test_portable_claim_path(monkeypatch, returning):
 @pytest.mark.django_db(transaction=True)
 def test_claim_skips_a_row_locked_by_an_open_transaction_where_the_database_can():
     """PostgreSQL: SKIP LOCKED, so a caller's long transaction never stalls the consumer."""
-    import threading
-
-    from django.db import connection, connections, transaction
-
     locked, free = due_job(), due_job()
     if not connection.features.has_select_for_update_skip_locked:
         # SQLite locks the whole database for writes; there is no row lock to skip.
         assert connection.vendor == "sqlite"
         return
-    holding, release = threading.Event(), threading.Event()
-
-    def hold_lock() -> None:
-        try:
-            with transaction.atomic():
-                DelayedJob.objects.select_for_update().get(pk=locked.pk)
-                holding.set()
-                release.wait(30)
-        finally:
-            connections.close_all()
-
-    holder = threading.Thread(target=hold_lock)
-    holder.start()
-    try:
-        assert holding.wait(30)
+    with row_locked(DelayedJob, locked.pk):
         claimed = claim_as("worker-a", [locked.pk, free.pk])
         assert [job.pk for job in claimed] == [free.pk]
-    finally:
-        release.set()
-        holder.join(30)
     assert [job.pk for job in claim_as("worker-a", [locked.pk])] == [locked.pk]
 
 

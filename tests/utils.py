@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -50,3 +51,34 @@ def wait_listening(client: Any, consumers: Sequence[Any], queue: str = "default"
         return dict(client.pubsub_numsub(channel)).get(channel.encode(), 0) >= len(consumers)
 
     wait_for(listening, message=f"{len(consumers)} consumer(s) not listening on {channel}")
+
+
+@contextmanager
+def row_locked(model: Any, pk: int) -> Iterator[None]:
+    """Hold a row lock (SELECT ... FOR UPDATE) from another connection while in the block.
+
+    Stands in for a caller's open transaction on the row (a replace, a cancel ...).
+    """
+    import threading
+
+    from django.db import connections, transaction
+
+    holding, release = threading.Event(), threading.Event()
+
+    def hold_lock() -> None:
+        try:
+            with transaction.atomic():
+                model.objects.select_for_update().get(pk=pk)
+                holding.set()
+                release.wait(30)
+        finally:
+            connections.close_all()
+
+    holder = threading.Thread(target=hold_lock)
+    holder.start()
+    try:
+        assert holding.wait(30), "could not take the row lock"
+        yield
+    finally:
+        release.set()
+        holder.join(30)

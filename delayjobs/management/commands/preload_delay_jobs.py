@@ -9,7 +9,7 @@ from typing import Any
 from django.core.management.base import BaseCommand
 
 from delayjobs import preloader
-from delayjobs.management.base import configure_logging
+from delayjobs.management.base import configure_logging, flag
 
 
 class Command(BaseCommand):
@@ -25,6 +25,8 @@ class Command(BaseCommand):
         )
 
     def handle(self, *, verbosity: int, loop: bool, **options: Any) -> None:
+        # Checked: call_command passes keyword options unparsed, and loop="no" is truthy.
+        loop = flag("--loop", loop)
         configure_logging(verbosity, self.stdout)
         if not loop:
             result = preloader.preload()

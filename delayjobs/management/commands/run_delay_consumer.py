@@ -1,14 +1,17 @@
 from __future__ import annotations
 
 import signal
+import sys
 from argparse import ArgumentParser
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from delayjobs.conf import settings
 from delayjobs.consumer import Consumer
-from delayjobs.jobtypes import QUEUE_PATTERN, registry
-from delayjobs.management.base import configure_logging, positive_int
+from delayjobs.jobtypes import registry
+from delayjobs.management import base
+from delayjobs.management.base import checked, configure_logging, flag
 
 
 class Command(BaseCommand):
@@ -29,10 +32,11 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--concurrency",
-            type=positive_int,
+            type=base.concurrency,
             default=None,
             metavar="N",
-            help="Jobs run at once, in threads (default: DELAYJOBS['CONCURRENCY'], 10).",
+            help=f"Jobs run at once, in threads, 1 to {base.MAX_CONCURRENCY} (default: "
+            f"DELAYJOBS['CONCURRENCY'], 10).",
         )
         parser.add_argument("--burst", action="store_true", help="Run what is due now, then exit.")
         parser.add_argument(
@@ -55,22 +59,37 @@ class Command(BaseCommand):
         worker_id: str | None,
         **options: Any,
     ) -> None:
-        configure_logging(verbosity, self.stdout)
-        for queue in queues or ():
-            if not QUEUE_PATTERN.match(queue):
-                raise CommandError(f"--queue {queue!r}: use 1-100 letters, digits and '_.-'.")
+        # Checked here, not (only) by argparse: call_command passes keyword options unparsed.
+        if queues is not None and (not isinstance(queues, list | tuple) or not queues):
+            raise CommandError(
+                f"--queue: give a list of queue names, got {base.shown(queues)}; leave it out "
+                f"to consume every queue of a registered job type."
+            )
         if queues is None and not registry.names():
             raise CommandError(
                 "No job types are registered, so there is nothing to run. Define them with "
                 "@delayjobs.register in a 'delay_jobs' module of an installed app."
             )
-        consumer = Consumer(
-            queues=queues,
-            concurrency=concurrency,
-            burst=burst,
-            preload=preload,
-            worker_id=worker_id,
-        )
+        if concurrency is None:
+            # call_command skips the system checks, so delayjobs.E007 may not have run.
+            setting = settings.CONCURRENCY
+            concurrency = checked("DELAYJOBS['CONCURRENCY']", base.concurrency, setting)
+        consumer_options = {
+            "queues": queues
+            and [checked(f"--queue {base.shown(q)}", base.queue_name, q) for q in queues],
+            "concurrency": checked("--concurrency", base.concurrency, concurrency),
+            "burst": flag("--burst", burst),
+            "preload": flag("--no-preload (preload)", preload),
+            "worker_id": None
+            if worker_id is None
+            else checked(f"--worker-id {base.shown(worker_id)}", base.worker_id, worker_id),
+        }
+        configure_logging(verbosity, self.stdout)
+        consumer = Consumer(**consumer_options)
         signal.signal(signal.SIGTERM, consumer.request_stop)
         signal.signal(signal.SIGINT, consumer.request_stop)
-        consumer.run()
+        exit_code = consumer.run()
+        if exit_code:
+            # Not a CommandError: nothing was wrong with the command; a supervisor should
+            # simply start a fresh consumer (see EXIT_ALL_THREADS_STUCK).
+            sys.exit(exit_code)

@@ -1,0 +1,96 @@
+"""How many more jobs a consumer may start: in all, per queue and per job type.
+
+Limits are per consumer process: ``concurrency`` in all, ``QUEUE_CONCURRENCY`` per
+queue and ``JobType.concurrency`` per job type. A job holds its slots from its claim until
+its thread returns, so a job stuck past its time-out still counts against its queue and
+type: a stuck or slow kind of job can fill its own slots, never everyone's.
+
+Not thread-safe: the consumer calls it under its own lock.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A due job as seen before its claim."""
+
+    pk: int
+    queue: str
+    job_type: str
+
+
+class Slots:
+    def __init__(
+        self,
+        total: int,
+        *,
+        queue_limits: Mapping[str, int] | None = None,
+        type_limits: Mapping[str, int] | None = None,
+    ) -> None:
+        self.total = total
+        self.queue_limits = dict(queue_limits or {})
+        self.type_limits = dict(type_limits or {})
+        self._used = 0
+        self._by_queue: Counter[str] = Counter()
+        self._by_type: Counter[str] = Counter()
+
+    @property
+    def used(self) -> int:
+        return self._used
+
+    def free(self) -> int:
+        return max(self.total - self._used, 0)
+
+    def queue_room(self, queue: str) -> int:
+        """How many more jobs of ``queue`` may start now."""
+        room = self.free()
+        limit = self.queue_limits.get(queue)
+        if limit is not None:
+            room = min(room, limit - self._by_queue[queue])
+        return max(room, 0)
+
+    def type_room(self, job_type: str) -> int:
+        """How many more jobs of ``job_type`` may start now (ignoring its queue)."""
+        room = self.free()
+        limit = self.type_limits.get(job_type)
+        if limit is not None:
+            room = min(room, limit - self._by_type[job_type])
+        return max(room, 0)
+
+    def open_types(self, job_types: Iterable[str]) -> list[str]:
+        """The job types among ``job_types`` that may start at least one more job."""
+        return [name for name in job_types if self.type_room(name) > 0]
+
+    def choose(self, candidates: Iterable[Candidate]) -> tuple[list[Candidate], list[Candidate]]:
+        """Split due candidates, in due order, into those that fit now and those that do not."""
+        fit: list[Candidate] = []
+        over: list[Candidate] = []
+        queues: Counter[str] = Counter()
+        types: Counter[str] = Counter()
+        for candidate in candidates:
+            if (
+                len(fit) < self.free()
+                and queues[candidate.queue] < self.queue_room(candidate.queue)
+                and types[candidate.job_type] < self.type_room(candidate.job_type)
+            ):
+                fit.append(candidate)
+                queues[candidate.queue] += 1
+                types[candidate.job_type] += 1
+            else:
+                over.append(candidate)
+        return fit, over
+
+    def take(self, queue: str, job_type: str) -> None:
+        self._used += 1
+        self._by_queue[queue] += 1
+        self._by_type[job_type] += 1
+
+    def release(self, queue: str, job_type: str) -> None:
+        self._used -= 1
+        self._by_queue[queue] -= 1
+        self._by_type[job_type] -= 1

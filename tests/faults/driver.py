@@ -1,0 +1,102 @@
+"""Schedules and cancels the fault suite's jobs in a process of its own, as an app would.
+
+``python -m tests.faults.driver`` reads one JSON request on stdin and writes one JSON
+answer on stdout. It runs with the environment of ``FaultServices.env()``, so it uses the
+suite's database and Redis through the public API (``schedule``, ``schedule_many``,
+``cancel``), hand-offs to Redis included, while the pytest process's own database is not
+involved at all.
+
+Requests:
+- ``{"action": "schedule", "count": N, "start_in": S, "spread": D, "work_ms": W,
+  "bulk": true, "cancel": K, "cancel_margin": M}``: N jobs due from S seconds from now
+  (negative: in the past) spread evenly over D seconds, in one ``schedule_many`` or with
+  one ``schedule`` each; then K of them are cancelled (see below).
+- ``{"action": "cancel", "ids": [...], "count": K, "margin": M}``: cancel K of the given
+  jobs, evenly spread over those still scheduled and due at least M seconds from now.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+
+def schedule(request: dict[str, Any]) -> dict[str, Any]:
+    import delayjobs
+    from tests.faults.jobs import NAME
+
+    count = int(request["count"])
+    now = time.time()
+    first = now + float(request["start_in"])
+    step = float(request.get("spread", 0.0)) / count
+    payload = {"work_ms": request.get("work_ms", 5)}
+    run_ats = [datetime.fromtimestamp(first + step * n, UTC) for n in range(count)]
+    began = time.time()
+    if request.get("bulk", True):
+        jobs = delayjobs.schedule_many(
+            [{"job_type": NAME, "payload": payload, "run_at": run_at} for run_at in run_ats]
+        )
+        scheduled_at = [time.time()] * count
+    else:
+        jobs, scheduled_at = [], []
+        for run_at in run_ats:
+            jobs.append(delayjobs.schedule(NAME, payload, run_at=run_at))
+            scheduled_at.append(time.time())
+    ended = time.time()
+    ids = [job.pk for job in jobs]
+    cancelled = cancel_some(ids, int(request.get("cancel", 0)), request.get("cancel_margin", 1.0))
+    return {
+        "ids": ids,
+        "run_at": [run_at.timestamp() for run_at in run_ats],
+        "scheduled_at": scheduled_at,
+        "began": began,
+        "ended": ended,
+        "cancelled": cancelled,
+    }
+
+
+def cancel_some(ids: list[int], count: int, margin: float) -> list[int]:
+    """Cancel ``count`` jobs spread over those of ``ids`` due ``margin`` s from now or later.
+
+    Returns the jobs that ``cancel()`` reports cancelled: a job that started meanwhile is
+    not (``cancel()`` returns 0 for it) and is expected to run.
+    """
+    import delayjobs
+    from delayjobs.models import DelayedJob, JobStatus
+
+    if count <= 0:
+        return []
+    not_before = datetime.now(UTC) + timedelta(seconds=margin)
+    candidates = list(
+        DelayedJob.objects.filter(pk__in=ids, status=JobStatus.SCHEDULED, run_at__gte=not_before)
+        .order_by("run_at", "pk")
+        .values_list("pk", flat=True)
+    )
+    chosen = [candidates[n * len(candidates) // count] for n in range(min(count, len(candidates)))]
+    return [pk for pk in chosen if delayjobs.cancel(pk) == 1]
+
+
+def main() -> int:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
+    import django
+
+    django.setup()
+    request = json.load(sys.stdin)
+    if request["action"] == "schedule":
+        answer = schedule(request)
+    elif request["action"] == "cancel":
+        answer = {
+            "cancelled": cancel_some(request["ids"], int(request["count"]), request["margin"])
+        }
+    else:
+        raise SystemExit(f"unknown action {request['action']!r}")
+    sys.stdout.write(json.dumps(answer))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

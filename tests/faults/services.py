@@ -1,0 +1,131 @@
+"""The fault suite's own PostgreSQL and Redis, which its scenarios stop and start.
+
+They are separate from the servers of the main test run, so the suite does not depend on
+which database that run uses, and taking them down disturbs no other test.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import redis
+
+from sampleproject.services import LOOPBACK, PostgresServer, RedisServer
+from tests.faults.jobs import LEDGER_ENV
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+MIGRATE_TIMEOUT = 120.0
+
+#: Variables of the main test run that must not leak into the suite's processes.
+MAIN_RUN_ONLY = ("DELAYJOBS_TEST_OVERRIDES", "DELAYJOBS_TEST_SQLITE_DIR", LEDGER_ENV)
+
+
+class RestartablePostgres(PostgresServer):
+    """A PostgresServer that can be taken down and brought back on its port and data."""
+
+    def take_down(self) -> None:
+        """Fast shutdown (SIGINT to the postmaster, by pid): sessions are cut, data is kept."""
+        self._terminate()
+
+    def bring_up(self) -> None:
+        """Start again on the same data directory and port; returns once it accepts queries."""
+        self._launch()
+
+
+class RestartableRedis(RedisServer):
+    """A RedisServer that can be stopped and started again, empty, on the same port."""
+
+    def take_down(self) -> None:
+        self._terminate()
+
+    def bring_up(self) -> None:
+        # No persistence (--save "", no AOF): the new server starts with no data at all.
+        self._launch()
+
+
+class FaultServices:
+    """The suite's servers, and how its subprocesses and checks reach them."""
+
+    def __init__(self) -> None:
+        self.postgres = RestartablePostgres()
+        self.redis = RestartableRedis()
+
+    def start(self) -> FaultServices:
+        try:
+            self.postgres.start()
+            self.redis.start()
+            self.migrate()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        # Each stop() signals its own server by pid; a failing one must not skip the other.
+        with contextlib.suppress(Exception):
+            self.redis.stop()
+        self.postgres.stop()
+
+    def env(self, **extra: str) -> dict[str, str]:
+        """Environment of a child Django process (consumer, driver) on the suite's servers.
+
+        tests.settings reads these and, finding every address given, starts nothing.
+        """
+        env = {key: value for key, value in os.environ.items() if key not in MAIN_RUN_ONLY}
+        env.update(
+            DJANGO_SETTINGS_MODULE="tests.settings",
+            DELAYJOBS_TEST_DB="postgres",
+            DELAYJOBS_TEST_PG_PORT=str(self.postgres.port),
+            DELAYJOBS_TEST_DB_NAME=self.postgres.name,
+            DELAYJOBS_TEST_REDIS_URL=self.redis.url,
+            PYTHONUNBUFFERED="1",
+        )
+        env.update(extra)
+        return env
+
+    def migrate(self) -> None:
+        completed = subprocess.run(
+            [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"],
+            cwd=REPO_ROOT,
+            env=self.env(),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=MIGRATE_TIMEOUT,
+            check=False,
+        )
+        if completed.returncode != 0:
+            raise RuntimeError(
+                f"migrating the fault suite's database failed ({completed.returncode}):\n"
+                f"{completed.stdout}\n{completed.stderr}"
+            )
+
+    def connect(self) -> psycopg.Connection[Any]:
+        """A new autocommit connection to the suite's database, for the checks."""
+        return psycopg.connect(
+            host=LOOPBACK,
+            port=self.postgres.port,
+            user=self.postgres.user,
+            dbname=self.postgres.name,
+            autocommit=True,
+            connect_timeout=5,
+        )
+
+    def redis_client(self) -> redis.Redis:
+        return redis.Redis.from_url(self.redis.url, socket_connect_timeout=1, socket_timeout=5)
+
+    def versions(self) -> dict[str, str]:
+        with self.connect() as connection:
+            row = connection.execute("SHOW server_version").fetchone()
+        client = self.redis_client()
+        try:
+            redis_version = str(client.info("server").get("redis_version"))
+        finally:
+            client.close()
+        return {"postgresql": str(row[0]) if row else "?", "redis": redis_version}

@@ -1,0 +1,131 @@
+"""Redis-down mode, end to end: a consumer goes on claiming due jobs from the database while
+its Redis is unreachable, says so once, and goes back to Redis by itself when it returns.
+
+Each test has a Redis server of its own (the suite's shared one must stay up), which it
+stops and starts again empty, as a crashed Redis without persistence would come back.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+import delayjobs
+from delayjobs.models import DelayedJob
+from sampleproject.services import RedisServer, free_port
+from tests.conftest import ConsumerFactory, ConsumerProcess
+from tests.consumers import check_alive, executions_per_job, wait_final, wait_output
+from tests.models import Execution
+from tests.utils import wait_for
+
+pytestmark = [pytest.mark.subprocess, pytest.mark.django_db(transaction=True)]
+
+DOWN = "claiming due jobs from the database"
+BACK = "Redis is back"
+
+
+class Outage:
+    """A Redis on a fixed port that a test can stop and start again, empty."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.server: RedisServer | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        assert self.server is None
+        self.server = RedisServer(port=self.port).start()
+
+    def stop(self) -> None:
+        assert self.server is not None
+        self.server.stop()
+        self.server = None
+
+
+@pytest.fixture
+def outage(settings: Any) -> Iterator[Outage]:
+    """A Redis of the test's own, used by the test process and its consumers (not started)."""
+    redis = Outage()
+    # schedule() in this process hands jobs to the same Redis as the consumers.
+    settings.DELAYJOBS = {**settings.DELAYJOBS, "REDIS_URL": redis.url}
+    yield redis
+    if redis.server is not None:
+        redis.stop()
+
+
+def start_consumer(consumer_process: ConsumerFactory, outage: Outage) -> ConsumerProcess:
+    overrides = {"REDIS_URL": outage.url, "DATABASE_POLL_INTERVAL": 0.5}
+    return consumer_process(
+        "--concurrency", "4", env={"DELAYJOBS_TEST_OVERRIDES": json.dumps(overrides)}
+    )
+
+
+def spread(count: int, seconds: float) -> list[DelayedJob]:
+    """``count`` jobs due evenly over the next ``seconds``."""
+    now = timezone.now()
+    step = seconds / count
+    return delayjobs.schedule_many(
+        [
+            {"job_type": "tests.scripted", "run_at": now + timedelta(seconds=n * step)}
+            for n in range(count)
+        ]
+    )
+
+
+def executed_since(moment: object) -> int:
+    return Execution.objects.filter(started_at__gt=moment).count()
+
+
+def test_a_consumer_started_without_redis_runs_due_jobs_from_the_database(
+    consumer_process: ConsumerFactory, outage: Outage
+) -> None:
+    consumer = start_consumer(consumer_process, outage)
+    jobs = spread(60, 2.0)  # scheduled fine: the database write is what counts
+
+    wait_final([job.pk for job in jobs], [consumer])
+    assert executions_per_job() == {job.pk: 1 for job in jobs}
+    assert consumer.output().count(DOWN) == 1
+
+    # Redis comes back: the consumer notices by itself and leaves database mode.
+    outage.start()
+    wait_output(consumer, BACK)
+    later = spread(60, 2.0)
+    wait_final([job.pk for job in later], [consumer])
+    assert executions_per_job() == {job.pk: 1 for job in [*jobs, *later]}
+    output = consumer.output()
+    assert output.count(DOWN) == 1
+    assert output.count(BACK) == 1
+    check_alive([consumer])
+
+
+def test_redis_lost_under_load_then_back_empty_loses_nothing(
+    consumer_process: ConsumerFactory, outage: Outage
+) -> None:
+    outage.start()
+    consumer = start_consumer(consumer_process, outage)
+    jobs = spread(600, 8.0)
+    wait_for(lambda: Execution.objects.count() >= 50, message="no job ran before the outage")
+
+    outage.stop()
+    stopped_at = timezone.now()
+    wait_output(consumer, DOWN)
+    # Jobs keep running while Redis is down, claimed from the database.
+    wait_for(lambda: executed_since(stopped_at) >= 50, message="nothing ran during the outage")
+
+    outage.start()  # empty: the jobs it indexed are gone
+    wait_output(consumer, BACK)
+    wait_final([job.pk for job in jobs], [consumer])
+
+    assert executions_per_job() == {job.pk: 1 for job in jobs}
+    output = consumer.output()
+    assert output.count(DOWN) == 1
+    assert output.count(BACK) == 1
+    check_alive([consumer])
