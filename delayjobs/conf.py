@@ -65,6 +65,14 @@ def as_timedelta(value: Any) -> timedelta | None:
     return None
 
 
+def _is_limits(value: Any) -> bool:
+    """A mapping of names to positive ints (QUEUE_CONCURRENCY)."""
+    return isinstance(value, dict) and all(
+        isinstance(name, str) and isinstance(n, int) and not isinstance(n, bool) and n > 0
+        for name, n in value.items()
+    )
+
+
 class Settings:
     """Attribute access to DELAYJOBS with defaults, e.g. ``conf.settings.PRELOAD_WINDOW``."""
 
@@ -72,9 +80,13 @@ class Settings:
         if name not in DEFAULTS:
             raise AttributeError(f"Unknown delayjobs setting {name!r}")
         value = raw_settings().get(name, DEFAULTS[name])
+        # checks.py reports a bad value; code run without the checks (call_command, a
+        # Consumer built by hand) falls back to the default rather than seeing garbage.
         if name in DURATION_SETTINGS:
-            # checks.py reports a bad value; fall back so that code never sees garbage.
-            return as_timedelta(value) or DEFAULTS[name]
+            duration = as_timedelta(value)
+            return duration if duration and duration.total_seconds() > 0 else DEFAULTS[name]
+        if name == "QUEUE_CONCURRENCY" and not _is_limits(value):
+            return DEFAULTS[name]
         return value
 
     @property

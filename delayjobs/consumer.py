@@ -19,6 +19,7 @@ to Redis. Each change of mode is logged once.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -28,7 +29,7 @@ import threading
 import time
 import traceback
 import uuid
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -68,9 +69,13 @@ REFILL_WAIT = 0.002
 #: A due job whose row was locked by a caller's open transaction is tried again after this;
 #: so is a due job whose job type had no free slot.
 LOCKED_RETRY = timedelta(milliseconds=50)
-#: Exit code when every worker thread is stuck in a timed-out job: a supervisor should
-#: start a fresh process, the only way to get those threads back.
-EXIT_ALL_THREADS_STUCK = 3
+#: Exit code when threads stuck in timed-out jobs fill every thread, or every slot of a
+#: limited queue or job type: a supervisor should start a fresh process, the only way to
+#: get those threads back.
+EXIT_STUCK = 3
+#: Redis-down mode: after Redis answered but refilling it failed, wait this long before
+#: trying to go back to it again.
+REDIS_RETURN_BACKOFF = 5.0
 
 
 @dataclass(eq=False)
@@ -142,6 +147,8 @@ class Consumer:
         # Redis-down mode: claiming from the database until the listener sets _redis_back.
         self._database_mode = False
         self._redis_back = threading.Event()
+        self._next_probe = 0.0  # monotonic time before which the listener does not probe
+        self._return_failed = False  # logged once per streak
         self._next_reap = 0.0
         self._workers = WorkerThreads(self.concurrency, name="delayjobs-worker")
         self._recorder = Recorder(on_retries=index_due_soon, on_idle=self.wake)
@@ -243,7 +250,7 @@ class Consumer:
         wait = self._refill_wait(free)
         if wait is not None:
             return wait
-        if free > 0 and self._claim_from_redis(free):
+        if free > 0 and self._claim_from_redis():
             return 0.0  # more may be due right now: look again before sleeping
         return self._time_to_next(free)
 
@@ -268,23 +275,27 @@ class Consumer:
             return None
         return self._refill_deadline - now
 
-    def _claim_from_redis(self, free: int) -> int:
+    def _claim_from_redis(self) -> int:
         popped: dict[int, tuple[str, float]] = {}  # id -> (lane, score)
         now = time.time()
         backlog = False
         first = self._rotation
         self._rotation = (self._rotation + 1) % len(self._lanes)
+        # Slots only ever free up meanwhile (this thread alone takes them), so a snapshot
+        # under the lock is safe to spend without it.
         with self._cond:
-            room = {name: self._lane_room(name) for name in self._lanes}
+            budget = self._slots.budget()
         for name in self._lanes[first:] + self._lanes[:first]:
-            wanted = min(room[name], free - len(popped))
+            queue, job_type = split_lane(name)
+            wanted = budget.room(queue, job_type)
             if wanted <= 0:
                 continue
             taken, more_due = self.store.pop_due(name, now, wanted)
             backlog = backlog or more_due
+            budget.spend(queue, job_type, len(taken))
             for pk, score in taken:
                 popped[pk] = (name, score)
-            if len(popped) >= free:
+            if budget.free <= 0:
                 break
         self._backlog = backlog
         if not popped:
@@ -320,10 +331,7 @@ class Consumer:
     def _lane_room(self, name: str) -> int:
         """How many jobs may start from this lane now (call with the lock held)."""
         queue, job_type = split_lane(name)
-        room = self._slots.queue_room(queue)
-        if job_type is not None:
-            room = min(room, self._slots.type_room(job_type))
-        return room
+        return self._slots.budget().room(queue, job_type)
 
     def _open_types(self) -> list[str]:
         with self._cond:
@@ -403,26 +411,37 @@ class Consumer:
     def _execute(self, running: Running) -> None:
         """Run one claimed job in a worker thread and hand its outcome to the recorder."""
         job = running.job
-        with self._cond:
-            running.thread_id = threading.get_ident()
-        outcome = self._run_job(job)
-        with self._cond:
-            running.finished = True
-            timed_out = running.timed_out
-        if timed_out:
-            logger.warning(
-                "Job %s %s attempt %d returned after it had timed out; its outcome (%s) is "
-                "ignored [trace %s]",
-                job.pk,
-                job.job_type,
-                job.attempts,
-                outcome.error or "success",
-                job.trace_id,
-            )
-        else:
-            # Handed over before the slot is freed, so that an idle consumer is never one
-            # with an outcome still unrecorded.
-            self._recorder.put(outcome)
+        timed_out = False
+        try:
+            with self._cond:
+                running.thread_id = threading.get_ident()
+                timed_out = running.timed_out
+            if timed_out:  # before it even started: its time-out is recorded, do not run it
+                return
+            outcome = self._run_job(job)
+            with self._cond:
+                running.finished = True
+                timed_out = running.timed_out
+            if timed_out:
+                logger.warning(
+                    "Job %s %s attempt %d returned after it had timed out; its outcome (%s) "
+                    "is ignored [trace %s]",
+                    job.pk,
+                    job.job_type,
+                    job.attempts,
+                    outcome.error or "success",
+                    job.trace_id,
+                )
+            else:
+                # Handed over before the slot is freed, so that an idle consumer is never
+                # one with an outcome still unrecorded.
+                self._recorder.put(outcome)
+        finally:
+            self._release(running, timed_out)
+
+    def _release(self, running: Running, timed_out: bool) -> None:
+        """Give back the slots of an execution whose thread is done with it."""
+        job = running.job
         with self._cond:
             if timed_out:
                 self._stuck.discard(running)
@@ -483,23 +502,41 @@ class Consumer:
                 running.timed_out = True
                 del self._in_flight[running.job.pk]
                 self._stuck.add(running)
-            stuck = len(self._stuck)
         if expired:
             frames = sys._current_frames()
             for running in expired:
                 self._record_time_out(running, frames.get(running.thread_id or -1))
-            if stuck >= self.concurrency and not self._stopping:
+            filled = self._filled_by_stuck_threads()
+            if filled and not self._stopping:
                 logger.error(
-                    "Consumer %s: all %d worker threads are stuck in timed-out jobs; stopping "
-                    "so that a fresh process can take over (exit code %d).",
+                    "Consumer %s: threads stuck in timed-out jobs fill %s; stopping so that a "
+                    "fresh process can take over (exit code %d).",
                     self.worker_id,
-                    stuck,
-                    EXIT_ALL_THREADS_STUCK,
+                    filled,
+                    EXIT_STUCK,
                 )
-                self.exit_code = EXIT_ALL_THREADS_STUCK
+                self.exit_code = EXIT_STUCK
                 self._stopping = True
                 self._stop_event.set()
         return None if next_deadline is None else max(next_deadline - now, 0.0)
+
+    def _filled_by_stuck_threads(self) -> str | None:
+        """What stuck threads have filled for good, if anything: every thread, or every
+        slot of a limited queue or job type (whose jobs this process could never run again).
+        """
+        with self._cond:
+            stuck = [running.job for running in self._stuck]
+        if len(stuck) >= self.concurrency:
+            return f"all {self.concurrency} worker thread(s)"
+        for queue, count in Counter(job.queue for job in stuck).items():
+            limit = self._slots.queue_limits.get(queue)
+            if limit is not None and count >= limit:
+                return f"all {limit} slot(s) of the queue {queue!r}"
+        for job_type, count in Counter(job.job_type for job in stuck).items():
+            limit = self._slots.type_limits.get(job_type)
+            if limit is not None and count >= limit:
+                return f"all {limit} slot(s) of the job type {job_type!r}"
+        return None
 
     def _record_time_out(self, running: Running, frame: FrameType | None) -> None:
         job = running.job
@@ -552,7 +589,7 @@ class Consumer:
             jobtype = _FALLBACK_JOB_TYPE
         try:
             delay = jobtype.retry_delay(job, exc)
-        except Exception:
+        except BaseException:  # user code, in a worker thread: nothing may escape
             logger.exception("%s.retry_delay() failed; using the default backoff", jobtype.name)
             delay = JobType.retry_delay(jobtype, job, exc)
         if delay is None:
@@ -627,12 +664,21 @@ class Consumer:
                         self.wake()
             except RedisError:
                 self._stop_event.wait(ERROR_BACKOFF)
+            except Exception:
+                # This thread alone ends Redis-down mode: it must outlive any surprise.
+                logger.exception("Consumer %s: wake listener error; resubscribing", self.worker_id)
+                self._stop_event.wait(ERROR_BACKOFF)
             finally:
-                pubsub.close()
+                with contextlib.suppress(Exception):
+                    pubsub.close()
 
     def _probe_redis(self) -> None:
         """In Redis-down mode, tell the main loop as soon as Redis answers again."""
-        if self._database_mode and not self._redis_back.is_set():
+        if (
+            self._database_mode
+            and not self._redis_back.is_set()
+            and time.monotonic() >= self._next_probe
+        ):
             self.store.ping()
             self._redis_back.set()
             self.wake()
@@ -673,8 +719,7 @@ class Consumer:
 
     def _database_turn(self) -> float | None:
         """Claim due jobs straight from the database; return how long to sleep."""
-        if self._redis_back.is_set():
-            self._leave_database_mode()
+        if self._redis_back.is_set() and self._leave_database_mode():
             return 0.0
         interval = settings.DATABASE_POLL_INTERVAL.total_seconds()
         self._reap_expired_leases(interval)
@@ -698,9 +743,10 @@ class Consumer:
                 return 0.0
         if free <= 0 or not open_queues or not open_types:
             return interval  # a finishing job wakes us
-        due = DelayedJob.objects.filter(
-            queue__in=self.queues, job_type__in=self._job_types
-        ).next_run_at()
+        # Only what could be claimed: a backlog of a type or queue without a free slot must
+        # not turn this into a poll every LOCKED_RETRY (a finishing job wakes us).
+        claimable = DelayedJob.objects.filter(queue__in=open_queues, job_type__in=open_types)
+        due = claimable.next_run_at()
         if due is None or due > timezone.now():
             if self.burst and self._idle():
                 return None
@@ -742,16 +788,39 @@ class Consumer:
             settings.DATABASE_POLL_INTERVAL.total_seconds(),
         )
 
-    def _leave_database_mode(self) -> None:
-        # Redis may be back without its data: fill the window before relying on it.
-        result = preloader.preload(store=self.store)
+    def _leave_database_mode(self) -> bool:
+        """Go back to Redis once it is refilled; False (and stay) if that fails."""
+        self._redis_back.clear()
+        try:
+            refilled = self._refill_redis()
+        except RedisError as exc:
+            # It answers PING but not writes (read-only replica, out of memory ...).
+            self._next_probe = time.monotonic() + REDIS_RETURN_BACKOFF
+            if not self._return_failed:
+                logger.warning(
+                    "Consumer %s: Redis answers again but could not be refilled (%s); staying "
+                    "on the database, trying again every %g s.",
+                    self.worker_id,
+                    exc,
+                    REDIS_RETURN_BACKOFF,
+                )
+                self._return_failed = True
+            return False
         self._database_mode = False
+        self._return_failed = False
         self._redis_failures = 0
         logger.warning(
-            "Consumer %s: Redis is back; claiming from Redis again (pre-loader pass: %s).",
-            self.worker_id,
-            result,
+            "Consumer %s: Redis is back; claiming from Redis again (%s).", self.worker_id, refilled
         )
+        return True
+
+    def _refill_redis(self) -> str:
+        """Redis may be back without its data: load the window before relying on it."""
+        if self.preload:
+            return f"pre-loader pass: {preloader.preload(store=self.store)}"
+        # --no-preload: leave reaping and plan() to the pre-loader run elsewhere.
+        loaded = preloader.load_window(self.store, timezone.now() + settings.PRELOAD_WINDOW)
+        return f"loaded {loaded} job(s) due within the window"
 
     # Error reporting ------------------------------------------------------------------
 

@@ -66,21 +66,19 @@ class Slots:
         """The job types among ``job_types`` that may start at least one more job."""
         return [name for name in job_types if self.type_room(name) > 0]
 
+    def budget(self) -> Budget:
+        """A snapshot of the room left, to spend while picking several jobs at once."""
+        return Budget(self)
+
     def choose(self, candidates: Iterable[Candidate]) -> tuple[list[Candidate], list[Candidate]]:
         """Split due candidates, in due order, into those that fit now and those that do not."""
+        budget = self.budget()
         fit: list[Candidate] = []
         over: list[Candidate] = []
-        queues: Counter[str] = Counter()
-        types: Counter[str] = Counter()
         for candidate in candidates:
-            if (
-                len(fit) < self.free()
-                and queues[candidate.queue] < self.queue_room(candidate.queue)
-                and types[candidate.job_type] < self.type_room(candidate.job_type)
-            ):
+            if budget.room(candidate.queue, candidate.job_type) > 0:
+                budget.spend(candidate.queue, candidate.job_type)
                 fit.append(candidate)
-                queues[candidate.queue] += 1
-                types[candidate.job_type] += 1
             else:
                 over.append(candidate)
         return fit, over
@@ -94,3 +92,35 @@ class Slots:
         self._used -= 1
         self._by_queue[queue] -= 1
         self._by_type[job_type] -= 1
+
+
+class Budget:
+    """Room left while picking jobs: each one picked counts against its queue and type.
+
+    Limits are checked against this, not against the slots, until the picked jobs are
+    started: otherwise two lanes of one queue, or of one job type, would each be given
+    the whole room.
+    """
+
+    def __init__(self, slots: Slots) -> None:
+        self._slots = slots
+        self._free = slots.free()
+        self._queues: Counter[str] = Counter()
+        self._types: Counter[str] = Counter()
+
+    @property
+    def free(self) -> int:
+        return self._free
+
+    def room(self, queue: str, job_type: str | None = None) -> int:
+        """How many more jobs of ``queue`` (and of ``job_type``, if given) may be picked."""
+        room = min(self._free, self._slots.queue_room(queue) - self._queues[queue])
+        if job_type is not None:
+            room = min(room, self._slots.type_room(job_type) - self._types[job_type])
+        return max(room, 0)
+
+    def spend(self, queue: str, job_type: str | None = None, count: int = 1) -> None:
+        self._free -= count
+        self._queues[queue] += count
+        if job_type is not None:
+            self._types[job_type] += count

@@ -207,19 +207,44 @@ def claim_due(
         queue__in=queues,
         job_type__in=job_types,
     ).order_by("run_at", "id")
+    if not connections[database].features.has_select_for_update_skip_locked:
+        # No row locks to take (SQLite locks the database): read, then claim conditionally.
+        # Not in one transaction, whose write after a read would fail to upgrade its lock
+        # ("database is locked") whenever another consumer writes in between.
+        return _claim_chosen(due, limit, choose, worker_id, now, job_types, leases, default_lease)
     with transaction.atomic(using=database):
-        if connections[database].features.has_select_for_update_skip_locked:
-            due = due.select_for_update(skip_locked=True)
-        rows = due.values_list("pk", "queue", "job_type")[:limit]
-        chosen = choose([Candidate(pk, queue, job_type) for pk, queue, job_type in rows])
-        return claim(
-            [candidate.pk for candidate in chosen],
-            worker_id=worker_id,
-            now=now,
-            job_types=job_types,
-            leases=leases,
-            default_lease=default_lease,
+        return _claim_chosen(
+            due.select_for_update(skip_locked=True),
+            limit,
+            choose,
+            worker_id,
+            now,
+            job_types,
+            leases,
+            default_lease,
         )
+
+
+def _claim_chosen(
+    due: QuerySet[DelayedJob],
+    limit: int,
+    choose: Callable[[list[Candidate]], list[Candidate]],
+    worker_id: str,
+    now: datetime,
+    job_types: Sequence[str],
+    leases: Mapping[str, timedelta],
+    default_lease: timedelta,
+) -> list[DelayedJob]:
+    rows = due.values_list("pk", "queue", "job_type")[:limit]
+    chosen = choose([Candidate(pk, queue, job_type) for pk, queue, job_type in rows])
+    return claim(
+        [candidate.pk for candidate in chosen],
+        worker_id=worker_id,
+        now=now,
+        job_types=job_types,
+        leases=leases,
+        default_lease=default_lease,
+    )
 
 
 def renew_leases(jobs_by_lease: Mapping[timedelta, Iterable[int]], *, worker_id: str) -> int:

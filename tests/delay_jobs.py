@@ -68,18 +68,23 @@ class NulError(delayjobs.JobType):
 
 @delayjobs.register
 class Limited(Scripted):
-    """``tests.scripted`` with a limit of its own: at most 2 running per consumer."""
+    """``tests.scripted`` with a limit of its own: at most 2 running per consumer, and a
+    time_to_run long enough for the tests to hold it."""
 
     name = "tests.limited"
     concurrency = 2
+    # Held on purpose by the tests of limits, which must not time out meanwhile.
+    time_to_run = timedelta(seconds=60)
 
 
 @delayjobs.register
 class SlowQueue(Scripted):
-    """``tests.scripted`` on the queue "slow", which tests limit with QUEUE_CONCURRENCY."""
+    """``tests.scripted`` on the queue "slow", which tests limit with QUEUE_CONCURRENCY, and
+    a time_to_run long enough for the tests to hold it."""
 
     name = "tests.slow_queue"
     queue = "slow"
+    time_to_run = timedelta(seconds=60)
 
 
 class StrFails(Exception):

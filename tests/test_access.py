@@ -84,6 +84,12 @@ def offered_actions(model_admin: admin.ModelAdmin, user: User) -> dict[str, Any]
     return model_admin.get_actions(request)
 
 
+def action_function(action: Any) -> Any:
+    """The function of an offered action: Django 6.1 gives an ``Action`` (``.func``),
+    earlier versions a (function, name, description) tuple."""
+    return action.func if hasattr(action, "func") else action[0]
+
+
 def superuser() -> User:
     # Unsaved: has_perm() of an active superuser is True without a database query.
     return User(username="root", is_active=True, is_staff=True, is_superuser=True)
@@ -106,7 +112,8 @@ def test_every_admin_action_needs_a_dedicated_permission_that_exists() -> None:
     checked = 0
     for model, model_admin in delayjobs_model_admins():
         declared = {codename for codename, _label in model._meta.permissions}
-        for name, (func, _name, _description) in offered_actions(model_admin, superuser()).items():
+        for name, action in offered_actions(model_admin, superuser()).items():
+            func = action_function(action)
             permissions = getattr(func, "allowed_permissions", ())
             assert permissions, f"{model.__name__} admin action {name!r} needs no permission"
             for permission in permissions:

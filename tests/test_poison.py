@@ -10,13 +10,14 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
 
 import delayjobs
-from delayjobs.consumer import EXIT_ALL_THREADS_STUCK
-from delayjobs.models import AttemptOutcome, DelayedJob, JobStatus
+from delayjobs.consumer import EXIT_STUCK
+from delayjobs.models import AttemptOutcome, DelayedJob, JobAttempt, JobStatus
 from tests.conftest import ConsumerFactory, ConsumerProcess
 from tests.consumers import check_alive, history, statuses, wait_final, wait_output
 from tests.models import Execution
@@ -33,10 +34,20 @@ def release_file(tmp_path: Path) -> Iterator[Path]:
     path.touch()
 
 
-def held(release: Path, *, attempts: tuple[int, ...] = (1,), job_type: str = "tests.scripted"):
-    """A job that holds on ``attempts`` until ``release`` exists (or 60 s)."""
+def held(
+    release: Path,
+    *,
+    attempts: tuple[int, ...] = (1,),
+    job_type: str = "tests.scripted",
+    **options: Any,
+) -> DelayedJob:
+    """A job that holds on ``attempts`` until ``release`` exists (or 60 s).
+
+    ``tests.scripted`` times out after 2 s; ``tests.limited`` and ``tests.slow_queue``
+    after 60 s.
+    """
     payload = {"hold_attempts": list(attempts), "release_file": str(release)}
-    return delayjobs.schedule(job_type, payload)
+    return delayjobs.schedule(job_type, payload, **options)
 
 
 def running_executions(job_type: str) -> int:
@@ -117,8 +128,8 @@ def test_a_consumer_whose_threads_are_all_stuck_exits_for_a_fresh_one(
     consumer = consumer_process("--concurrency", "1")
     job = held(release_file, attempts=(1, 2, 3))
 
-    assert consumer.wait(timeout=60) == EXIT_ALL_THREADS_STUCK, consumer.output()
-    assert "all 1 worker threads are stuck in timed-out jobs" in consumer.output()
+    assert consumer.wait(timeout=60) == EXIT_STUCK, consumer.output()
+    assert "timed-out jobs fill all 1 worker thread(s)" in consumer.output()
     # The timed-out attempt was recorded before the exit, and the job is due again.
     job.refresh_from_db()
     assert job.status == JobStatus.SCHEDULED
@@ -228,3 +239,57 @@ def test_a_queue_limit_caps_its_queue_and_leaves_slots_for_the_others(
     release_file.touch()
     wait_final([job.pk for job in flood], [consumer])
     assert statuses(job.pk for job in flood) == {JobStatus.SUCCEEDED: 10}
+
+
+def test_a_consumer_whose_limited_queue_is_filled_by_stuck_threads_exits_for_a_fresh_one(
+    consumer_process: ConsumerFactory, release_file: Path
+) -> None:
+    # Four threads, but the queue "slow" has one slot: one stuck job takes it for good.
+    overrides = {"QUEUE_CONCURRENCY": {"slow": 1}}
+    consumer = consumer_process(
+        "--concurrency", "4", env={"DELAYJOBS_TEST_OVERRIDES": json.dumps(overrides)}
+    )
+    held(release_file, queue="slow")  # tests.scripted: it times out after 2 s
+
+    assert consumer.wait(timeout=60) == EXIT_STUCK, consumer.output()
+    assert "fill all 1 slot(s) of the queue 'slow'" in consumer.output()
+
+
+def max_overlap(job_ids: list[int]) -> int:
+    """The most attempts of these jobs that were running at the same moment."""
+    events = []
+    for attempt in JobAttempt.objects.filter(job_id__in=job_ids):
+        events += [(attempt.started_at, 1), (attempt.finished_at, -1)]
+    running = peak = 0
+    for _moment, change in sorted(events):  # an end sorts before a start at the same moment
+        running += change
+        peak = max(peak, running)
+    return peak
+
+
+def test_a_queue_limit_holds_across_the_lanes_of_its_job_types(
+    consumer_process: ConsumerFactory, release_file: Path
+) -> None:
+    # The queue "default" allows 2 at once; its jobs wait in two lanes: the queue's own
+    # (tests.slow_queue, moved to "default") and that of tests.limited, which has a limit
+    # of its own.
+    jobs = [held(release_file, job_type="tests.slow_queue", queue="default") for _ in range(3)]
+    jobs += [held(release_file, job_type="tests.limited") for _ in range(3)]
+    overrides = {"QUEUE_CONCURRENCY": {"default": 2}}
+    consumer = consumer_process(
+        "--concurrency", "10", env={"DELAYJOBS_TEST_OVERRIDES": json.dumps(overrides)}
+    )
+    wait_for(
+        lambda: DelayedJob.objects.filter(status=JobStatus.RUNNING).count() >= 2,
+        message="two jobs never ran at once",
+    )
+    # A job of another queue ran after those two started: the consumer looked again.
+    marker = delayjobs.schedule("tests.noop")
+    wait_final([marker.pk], [consumer])
+    assert DelayedJob.objects.filter(status=JobStatus.RUNNING).count() == 2
+
+    release_file.touch()
+    ids = [job.pk for job in jobs]
+    wait_final(ids, [consumer])
+    assert statuses(ids) == {JobStatus.SUCCEEDED: 6}
+    assert max_overlap(ids) == 2
