@@ -14,10 +14,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.contrib.contenttypes.models import ContentType
+from django.db import IntegrityError, models, transaction
 from django.utils import timezone
 
-from delayjobs import transitions
+from delayjobs import signals, transitions
 from delayjobs.bulk import insert_jobs
 from delayjobs.conf import DEFAULTS
 from delayjobs.conf import settings as conf
@@ -35,8 +36,9 @@ MAX_ATTEMPTS_LIMIT = 2**31 - 1
 #: odd run would make it a literal backslash followed by "u0000").
 ESCAPED_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 SPEC_FIELDS = frozenset(
-    {"job_type", "payload", "run_at", "delay", "key", "queue", "max_attempts", "replace"}
+    {"job_type", "payload", "run_at", "delay", "key", "queue", "max_attempts", "replace", "obj"}
 )
+OBJECT_ID_MAX_LENGTH = DelayedJob._meta.get_field("object_id").max_length
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,9 @@ class JobSpec:
     queue: str
     max_attempts: int | None
     replace: bool
+    #: The domain object the job is about (``obj=``): its content type and primary key.
+    content_type_id: int | None = None
+    object_id: str | None = None
 
     def new_job(self) -> DelayedJob:
         return DelayedJob.build(
@@ -59,6 +64,8 @@ class JobSpec:
             key=self.key,
             queue=self.queue,
             max_attempts=self.max_attempts,
+            content_type_id=self.content_type_id,
+            object_id=self.object_id,
         )
 
     def replacement_fields(self) -> dict[str, Any]:
@@ -71,6 +78,8 @@ class JobSpec:
             "max_attempts": self.max_attempts,
             "attempts": 0,
             "last_error": "",
+            "content_type_id": self.content_type_id,
+            "object_id": self.object_id,
         }
 
 
@@ -84,12 +93,14 @@ def schedule(
     queue: str | None = None,
     max_attempts: int | None = None,
     replace: bool = False,
+    obj: models.Model | None = None,
 ) -> DelayedJob:
     """Schedule one job at ``run_at``, after ``delay``, or now; return its row.
 
     With ``key``, at most one scheduled or running job holds it: another one raises
     ``DuplicateJob``, unless ``replace=True``, which moves the scheduled job holding the
-    key to the new time and payload instead.
+    key to the new time and payload instead. ``obj`` (a saved model instance) links the
+    job to the object it is about, for that object's admin page.
     """
     spec = build_spec(
         job_type,
@@ -100,13 +111,14 @@ def schedule(
         queue=queue,
         max_attempts=max_attempts,
         replace=replace,
+        obj=obj,
     )
     using = jobs_database()
     if spec.key is None:
         # No constraint can fail: a plain INSERT in the caller's transaction (or autocommit).
         job = spec.new_job()
         job.save(force_insert=True, using=using)
-        index_on_commit([_entry(job)], using)
+        _on_commit_scheduled([job], using)
         return job
     with transaction.atomic(using=using):
         return _schedule_keyed(spec, using)
@@ -151,7 +163,7 @@ def schedule_many(specs: Iterable[Mapping[str, Any]]) -> list[DelayedJob]:
         for position, job in fresh:
             jobs_by_position[position] = job
         jobs = [jobs_by_position[position] for position in range(len(built))]
-        index_on_commit([_entry(job) for job in created], using)
+        _on_commit_scheduled(created, using)
     return jobs
 
 
@@ -217,6 +229,7 @@ def build_spec(
     queue: Any = None,
     max_attempts: Any = None,
     replace: Any = False,
+    obj: Any = None,
     now: datetime | None = None,
 ) -> JobSpec:
     """Check and normalise ``schedule`` arguments; raise ``InvalidJob`` with the reason.
@@ -228,6 +241,7 @@ def build_spec(
         raise InvalidJob(f"replace must be True or False, got {replace!r}.")
     if replace and key is None:
         raise InvalidJob("replace=True needs a key: it replaces the active job holding that key.")
+    content_type_id, object_id = _check_object(obj)
     return JobSpec(
         job_type=jobtype.name,
         payload=normalize_payload(payload),
@@ -238,7 +252,27 @@ def build_spec(
             jobtype.max_attempts if max_attempts is None else max_attempts
         ),
         replace=replace,
+        content_type_id=content_type_id,
+        object_id=object_id,
     )
+
+
+def _check_object(obj: Any) -> tuple[int | None, str | None]:
+    """(content type id, primary key as text) of a saved model instance; (None, None)."""
+    if obj is None:
+        return None, None
+    if not isinstance(obj, models.Model):
+        raise InvalidJob(f"obj must be a saved model instance, got {type(obj).__name__} {obj!r}.")
+    if obj.pk is None:
+        raise InvalidJob(f"obj must be saved first: {obj!r} has no primary key yet.")
+    object_id = str(obj.pk)
+    if len(object_id) > OBJECT_ID_MAX_LENGTH:
+        raise InvalidJob(
+            f"obj's primary key is {len(object_id)} characters as text; at most "
+            f"{OBJECT_ID_MAX_LENGTH} fit."
+        )
+    content_type = ContentType.objects.db_manager(jobs_database()).get_for_model(obj)
+    return content_type.pk, object_id
 
 
 def normalize_payload(payload: Any) -> Any:
@@ -407,7 +441,7 @@ def _schedule_keyed(spec: JobSpec, using: str) -> DelayedJob:
                 continue
             _raise_if_key_taken([spec.key], using)
             raise
-        index_on_commit([_entry(job)], using)
+        _on_commit_scheduled([job], using)
         return job
     raise AssertionError("unreachable")  # pragma: no cover
 
@@ -431,9 +465,9 @@ def _replace(holder: DelayedJob, spec: JobSpec, using: str) -> DelayedJob:
         )
     previous = _entry(holder)
     transitions.move(holder, **spec.replacement_fields())
-    if previous[1] != holder.queue:
+    if previous[1] != _entry(holder)[1]:  # another queue or lane: the old entry must go
         unindex_on_commit([previous], using)
-    index_on_commit([_entry(holder)], using, moved=True)
+    _on_commit_scheduled([holder], using, moved=True)
     return holder
 
 
@@ -464,6 +498,17 @@ def _describe(job: DelayedJob | int | None, key: str | None) -> str:
     if key is not None:
         return f"with key {key!r}"
     return str(job.pk if isinstance(job, DelayedJob) else job)
+
+
+def _on_commit_scheduled(jobs: list[DelayedJob], using: str, *, moved: bool = False) -> None:
+    """Once the jobs are committed: hand them to Redis, and send ``job_scheduled``."""
+    index_on_commit([_entry(job) for job in jobs], using, moved=moved)
+    if jobs and signals.job_scheduled.has_listeners(DelayedJob):
+        transaction.on_commit(
+            lambda: [signals.send(signals.job_scheduled, job) for job in jobs],
+            using=using,
+            robust=True,
+        )
 
 
 def _entry(job: DelayedJob) -> IndexEntry:

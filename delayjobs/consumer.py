@@ -34,12 +34,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import FrameType
+from typing import Any
 
 from django.db import DatabaseError, close_old_connections, connections
 from django.utils import timezone
 from redis import RedisError
 
-from delayjobs import preloader, transitions
+from delayjobs import pauses, preloader, presence, signals, transitions
 from delayjobs.conf import settings
 from delayjobs.db import drop_broken_connections
 from delayjobs.exceptions import JobTimeout, UnknownJobType
@@ -49,6 +50,7 @@ from delayjobs.models import DelayedJob, JobStatus
 from delayjobs.recorder import Recorder
 from delayjobs.redis_store import (
     RedisStore,
+    control_channel,
     describe_target,
     get_store,
     index_entry,
@@ -150,6 +152,11 @@ class Consumer:
         self._next_probe = 0.0  # monotonic time before which the listener does not probe
         self._return_failed = False  # logged once per streak
         self._next_reap = 0.0
+        # Paused queues and job types: re-read when the listener hears of a change, and
+        # at least every IDLE_TIMEOUT in case it missed one.
+        self._paused = pauses.Paused()
+        self._pauses_stale = True
+        self._next_pause_refresh = 0.0
         self._workers = WorkerThreads(self.concurrency, name="delayjobs-worker")
         self._recorder = Recorder(on_retries=index_due_soon, on_idle=self.wake)
         self._threads: list[threading.Thread] = []
@@ -166,6 +173,7 @@ class Consumer:
             describe_target(),
             ", burst" if self.burst else "",
         )
+        self._announce()
         self._recorder.start()
         self._start_thread(self._listen, "delayjobs-listener")
         self._start_thread(self._heartbeat, "delayjobs-heartbeat")
@@ -214,6 +222,10 @@ class Consumer:
         self._recorder.stop()
         for thread in self._threads:
             thread.join(timeout=10)
+        try:
+            presence.withdraw(self.worker_id)
+        except DatabaseError as exc:
+            logger.warning("Could not remove this consumer's heartbeat row (%s).", exc)
         connections.close_all()
         logger.info("Consumer %s stopped after %d job(s).", self.worker_id, self.processed)
 
@@ -225,6 +237,7 @@ class Consumer:
                 seen = self._wake_seq
             next_timeout = self._time_out_overdue()
             try:
+                self._refresh_pauses()
                 if self._database_mode:
                     wait = self._database_turn()
                 else:
@@ -287,6 +300,8 @@ class Consumer:
             budget = self._slots.budget()
         for name in self._lanes[first:] + self._lanes[:first]:
             queue, job_type = split_lane(name)
+            if self._paused.covers(queue, job_type):
+                continue
             wanted = budget.room(queue, job_type)
             if wanted <= 0:
                 continue
@@ -334,8 +349,10 @@ class Consumer:
         return self._slots.budget().room(queue, job_type)
 
     def _open_types(self) -> list[str]:
+        """Known job types that may start a job now: not paused, with a free slot."""
+        known = [name for name in self._job_types if name not in self._paused.job_types]
         with self._cond:
-            return self._slots.open_types(self._job_types)
+            return self._slots.open_types(known)
 
     def _start(self, jobs: list[DelayedJob]) -> None:
         if not jobs:
@@ -364,6 +381,8 @@ class Consumer:
             if job_type not in self._job_types:
                 self._warn_unknown_type(job_type)
                 continue
+            if self._paused.covers(queue, job_type):
+                continue  # out of Redis while paused; resume() puts it back
             due = run_at if run_at > now else now + LOCKED_RETRY
             entries.append(index_entry(pk, queue, job_type, due.timestamp()))
         index_due_soon(entries)
@@ -383,7 +402,11 @@ class Consumer:
         """Seconds to sleep; None when a burst run is done."""
         idle = settings.IDLE_TIMEOUT.total_seconds()
         with self._cond:
-            open_lanes = [name for name in self._lanes if self._lane_room(name) > 0]
+            open_lanes = [
+                name
+                for name in self._lanes
+                if self._lane_room(name) > 0 and not self._paused.covers(*split_lane(name))
+            ]
         if free <= 0 or not open_lanes:
             return idle  # a finishing job wakes us
         due = self.store.next_due(open_lanes)
@@ -458,6 +481,7 @@ class Consumer:
         # The job's own queries get request semantics: CONN_MAX_AGE applies around each job.
         close_old_connections()
         started = timezone.now()
+        signals.send(signals.job_started, job)
         try:
             jobtype = registry.get(job.job_type)
             jobtype.execute(job)
@@ -466,8 +490,9 @@ class Consumer:
             tb = _storable(traceback.format_exc())
             retry_at = self._retry_at(job, exc)
         finished = timezone.now()
-        close_old_connections()
         self._log_outcome(job, started, finished, error, retry_at)
+        _signal_outcome(job, error, tb, retry_at, duration=finished - started)
+        close_old_connections()
         return Outcome(
             job=job,
             worker_id=self.worker_id,
@@ -561,6 +586,7 @@ class Consumer:
             timed_out=True,
         )
         self._recorder.put(outcome)
+        _signal_outcome(job, outcome.error, outcome.traceback, retry_at, duration=time_to_run)
         logger.warning(
             "Job %s %s attempt %d timed out after %s; %s [trace %s]",
             job.pk,
@@ -628,21 +654,25 @@ class Consumer:
                 )
         elif retry_at is not None:
             logger.warning(
-                "Job %s %s attempt %d failed (%s); retrying at %s [trace %s]",
+                "Job %s %s attempt %d failed (%s), started %.1f ms after run_at; retrying at "
+                "%s [trace %s]",
                 job.pk,
                 job.job_type,
                 job.attempts,
                 error,
+                lateness_ms,
                 retry_at.isoformat(),
                 job.trace_id,
             )
         else:
             logger.error(
-                "Job %s %s attempt %d failed (%s); no retries left, marked failed [trace %s]",
+                "Job %s %s attempt %d failed (%s), started %.1f ms after run_at; no retries "
+                "left, marked failed [trace %s]",
                 job.pk,
                 job.job_type,
                 job.attempts,
                 error,
+                lateness_ms,
                 job.trace_id,
             )
 
@@ -660,7 +690,10 @@ class Consumer:
                 self.wake()  # anything published while we were not subscribed is missed
                 while not self._stop_event.is_set():
                     self._probe_redis()
-                    if pubsub.get_message(timeout=0.5) is not None:
+                    message = pubsub.get_message(timeout=0.5)
+                    if message is not None:
+                        if _channel_name(message) == control_channel():
+                            self._pauses_stale = True
                         self.wake()
             except RedisError:
                 self._stop_event.wait(ERROR_BACKOFF)
@@ -686,6 +719,14 @@ class Consumer:
     def _heartbeat(self) -> None:
         """Renew the leases of running jobs well before they expire."""
         while not self._drained.wait(self._heartbeat_interval()):
+            drop_broken_connections()
+            try:
+                if not presence.beat(
+                    self.worker_id, processed=self.processed, database_mode=self._database_mode
+                ):
+                    self._announce()
+            except DatabaseError as exc:
+                logger.warning("Could not record the heartbeat (%s); retrying.", exc)
             with self._cond:
                 running = [execution.job for execution in self._in_flight.values()]
             if not running:
@@ -693,12 +734,35 @@ class Consumer:
             by_lease: dict[timedelta, list[int]] = defaultdict(list)
             for job in running:
                 by_lease[_time_to_run(job)].append(job.pk)
-            drop_broken_connections()
             try:
                 transitions.renew_leases(by_lease, worker_id=self.worker_id)
             except DatabaseError as exc:
                 logger.warning("Could not renew leases (%s); retrying.", exc)
         connections.close_all()
+
+    def _announce(self) -> None:
+        """Write this consumer's heartbeat row (the dashboard's list of live consumers)."""
+        try:
+            presence.announce(self.worker_id, queues=self.queues, concurrency=self.concurrency)
+        except DatabaseError as exc:
+            logger.warning("Could not record this consumer's heartbeat row (%s).", exc)
+
+    def _refresh_pauses(self) -> None:
+        """Re-read the paused queues and job types when told to, or every IDLE_TIMEOUT."""
+        now = time.monotonic()
+        if not self._pauses_stale and now < self._next_pause_refresh:
+            return
+        self._pauses_stale = False
+        self._next_pause_refresh = now + settings.IDLE_TIMEOUT.total_seconds()
+        paused = pauses.paused()
+        if paused != self._paused:
+            logger.info(
+                "Consumer %s: paused queues %s, job types %s.",
+                self.worker_id,
+                ", ".join(sorted(paused.queues)) or "none",
+                ", ".join(sorted(paused.job_types)) or "none",
+            )
+        self._paused = paused
 
     def _heartbeat_interval(self) -> float:
         shortest = min((jt.time_to_run for jt in registry), default=JobType.time_to_run)
@@ -723,10 +787,14 @@ class Consumer:
             return 0.0
         interval = settings.DATABASE_POLL_INTERVAL.total_seconds()
         self._reap_expired_leases(interval)
+        open_types = self._open_types()
         with self._cond:
             free = self._slots.free()
-            open_queues = [queue for queue in self.queues if self._slots.queue_room(queue) > 0]
-            open_types = self._slots.open_types(self._job_types)
+            open_queues = [
+                queue
+                for queue in self.queues
+                if self._slots.queue_room(queue) > 0 and queue not in self._paused.queues
+            ]
         if free > 0 and open_queues and open_types:
             jobs = transitions.claim_due(
                 queues=open_queues,
@@ -879,3 +947,20 @@ def _describe(exc: BaseException) -> str:
 def _storable(text: str) -> str:
     # NUL cannot be stored in a PostgreSQL text column.
     return text.replace("\x00", "\\x00")
+
+
+def _channel_name(message: dict[str, Any]) -> str:
+    channel = message.get("channel", b"")
+    return channel.decode() if isinstance(channel, bytes) else str(channel)
+
+
+def _signal_outcome(
+    job: DelayedJob, error: str, tb: str, retry_at: datetime | None, *, duration: timedelta
+) -> None:
+    """job_succeeded, job_retrying or job_failed (final), as the attempt ended."""
+    if not error:
+        signals.send(signals.job_succeeded, job, duration=duration)
+    elif retry_at is not None:
+        signals.send(signals.job_retrying, job, error=error, retry_at=retry_at)
+    else:
+        signals.send(signals.job_failed, job, error=error, traceback=tb)

@@ -10,6 +10,8 @@ import os
 from datetime import datetime
 from typing import Any
 
+from django.contrib.contenttypes.fields import GenericForeignKey
+from django.contrib.contenttypes.models import ContentType
 from django.db import models, router
 from django.db.models import Q
 from django.utils import timezone
@@ -65,6 +67,11 @@ class DelayedJobQuerySet(models.QuerySet["DelayedJob"]):
     def lease_expired(self, now: datetime) -> DelayedJobQuerySet:
         return self.filter(status=JobStatus.RUNNING, lease_expires_at__lt=now)
 
+    def for_object(self, obj: models.Model) -> DelayedJobQuerySet:
+        """Jobs linked to ``obj`` with ``schedule(..., obj=obj)``."""
+        content_type = ContentType.objects.db_manager(self.db).get_for_model(obj)
+        return self.filter(content_type=content_type, object_id=str(obj.pk))
+
     def next_run_at(self) -> datetime | None:
         """When the earliest scheduled job among these is due (scheduled_due index)."""
         return self.scheduled().order_by("run_at").values_list("run_at", flat=True).first()
@@ -100,6 +107,19 @@ class DelayedJob(models.Model):
     started_at = models.DateTimeField(_("started at"), null=True, blank=True)
     finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
     trace_id = models.CharField(_("trace id"), max_length=64, default=new_trace_id)
+    # The domain object the job is about (schedule(..., obj=instance)), if any: shown on
+    # that object's admin page. A generic relation, so any model can have jobs; the
+    # object may be deleted later, and its jobs' history stays.
+    content_type = models.ForeignKey(
+        ContentType,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        verbose_name=_("object type"),
+    )
+    object_id = models.CharField(_("object id"), max_length=64, null=True, blank=True)  # noqa: DJ001
+    obj = GenericForeignKey("content_type", "object_id")
 
     objects = WriteDatabaseManager.from_queryset(DelayedJobQuerySet)()
 
@@ -107,7 +127,13 @@ class DelayedJob(models.Model):
         verbose_name = _("delayed job")
         verbose_name_plural = _("delayed jobs")
         ordering = ["-run_at", "-id"]
-        permissions = [("retry_delayedjob", _("Can retry delayed jobs"))]
+        # Each action that changes jobs is a right of its own, not "change".
+        permissions = [
+            ("retry_delayedjob", _("Can retry delayed jobs")),
+            ("run_now_delayedjob", _("Can run scheduled delayed jobs now")),
+            ("cancel_delayedjob", _("Can cancel scheduled delayed jobs")),
+            ("reschedule_delayedjob", _("Can reschedule delayed jobs")),
+        ]
         constraints = [
             models.UniqueConstraint(
                 fields=["key"],
@@ -140,6 +166,7 @@ class DelayedJob(models.Model):
             models.Index(fields=["queue"], name="delayjobs_queue"),
             models.Index(fields=["key"], name="delayjobs_key"),
             models.Index(fields=["status", "-finished_at"], name="delayjobs_status_finished"),
+            models.Index(fields=["content_type", "object_id"], name="delayjobs_object"),
         ]
 
     def __str__(self) -> str:
@@ -218,3 +245,65 @@ class JobAttempt(models.Model):
 
     def __str__(self) -> str:
         return f"attempt {self.number} of job {self.job_id}: {self.outcome}"
+
+
+class PauseKind(models.TextChoices):
+    QUEUE = "queue", _("queue")
+    JOB_TYPE = "job_type", _("job type")
+
+
+class Pause(models.Model):
+    """A queue or a job type whose jobs no consumer claims until it is resumed.
+
+    Paused jobs stay scheduled (and visibly paused in the admin); consumers learn of a
+    pause or a resume within moments, without a restart (``delayjobs.pauses``).
+    """
+
+    kind = models.CharField(_("kind"), max_length=16, choices=PauseKind.choices)
+    name = models.CharField(_("name"), max_length=200)
+    paused_at = models.DateTimeField(_("paused at"), default=timezone.now)
+    paused_by = models.CharField(_("paused by"), max_length=150, blank=True, default="")
+
+    objects = WriteDatabaseManager()
+
+    class Meta:
+        verbose_name = _("pause")
+        verbose_name_plural = _("pauses")
+        ordering = ["kind", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["kind", "name"], name="delayjobs_one_pause_per_target")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()} {self.name} (paused)"
+
+
+class Consumer(models.Model):
+    """A running consumer process, as its heartbeat last reported it.
+
+    Written when it starts, on every heartbeat, and deleted when it stops cleanly; a
+    consumer whose heartbeat is old has died (its running jobs come back after their
+    lease).
+    """
+
+    worker_id = models.CharField(_("worker"), max_length=255, unique=True)
+    hostname = models.CharField(_("host"), max_length=255)
+    pid = models.PositiveIntegerField(_("process id"))
+    queues = models.JSONField(_("queues"), default=list)
+    concurrency = models.PositiveIntegerField(_("concurrency"))
+    started_at = models.DateTimeField(_("started at"), default=timezone.now)
+    last_seen = models.DateTimeField(_("last heartbeat"), default=timezone.now)
+    processed = models.PositiveBigIntegerField(_("jobs processed"), default=0)
+    database_mode = models.BooleanField(
+        _("Redis-down mode"), default=False, help_text=_("Claiming from the database.")
+    )
+
+    objects = WriteDatabaseManager()
+
+    class Meta:
+        verbose_name = _("consumer")
+        verbose_name_plural = _("consumers")
+        ordering = ["worker_id"]
+
+    def __str__(self) -> str:
+        return self.worker_id

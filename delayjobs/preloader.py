@@ -17,9 +17,11 @@ from datetime import datetime
 from typing import Any
 
 from django.db import DatabaseError
+from django.db.models import Q
 from django.utils import timezone
 from redis import RedisError
 
+from delayjobs import pauses
 from delayjobs.api import schedule
 from delayjobs.conf import settings
 from delayjobs.db import drop_broken_connections
@@ -111,10 +113,15 @@ def _schedule_planned(jobtype: JobType, item: Any) -> int:
     return 1
 
 
-def load_window(store: RedisStore, horizon: datetime) -> int:
-    """Add every scheduled job due before ``horizon`` to Redis, batch by batch."""
+def load_window(store: RedisStore, horizon: datetime, *, only: Q | None = None) -> int:
+    """Add every scheduled job due before ``horizon`` (and matching ``only``) to Redis,
+    batch by batch. Paused queues and job types are left out: no consumer would take them.
+    """
     batch_size = settings.PRELOAD_BATCH_SIZE
-    rows = DelayedJob.objects.due_before(horizon).order_by("run_at", "id")
+    rows = pauses.paused().exclude_from(DelayedJob.objects.due_before(horizon))
+    if only is not None:
+        rows = rows.filter(only)
+    rows = rows.order_by("run_at", "id")
     loaded = 0
     after: tuple[datetime, int] | None = None
     while True:

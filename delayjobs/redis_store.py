@@ -212,6 +212,11 @@ def wake_channel(lane_name: str) -> str:
     return f"{_prefix()}:{{{queue}}}:wake"
 
 
+def control_channel() -> str:
+    """Where pauses and resumes are announced to every consumer of the project."""
+    return f"{_prefix()}:control"
+
+
 def preload_lock_key() -> str:
     return f"{_prefix()}:preload-lock"
 
@@ -307,6 +312,11 @@ class RedisStore:
         self.client.ping()
 
     def subscribe_wake(self, queues: Iterable[str]) -> redis.client.PubSub:
+        """Wake channels of ``queues``, and the control channel (pauses, resumes)."""
         pubsub = self.client.pubsub(ignore_subscribe_messages=True)
-        pubsub.subscribe(*[wake_channel(queue) for queue in queues])
+        pubsub.subscribe(*[wake_channel(queue) for queue in queues], control_channel())
         return pubsub
+
+    def announce_control(self) -> None:
+        """Tell every consumer that pauses changed (they re-read them from the database)."""
+        self.client.publish(control_channel(), "pauses")

@@ -54,6 +54,18 @@ if ! grep -qs -- tls-cert-file /usr/bin/redis-server; then
     fi
 fi
 
+# Debian's chromium for the browser tests (tests/test_browser.py): Playwright launches
+# /usr/bin/chromium, as `playwright install` cannot download its own browser builds here.
+if [ ! -x /usr/bin/chromium ]; then
+    if [ "$(id -u)" -eq 0 ]; then
+        header "Installing Chromium"
+        apt-get update -q && apt-get install -y -q chromium
+    else
+        echo "No /usr/bin/chromium for the browser tests: run 'apt-get install chromium' as root." >&2
+        exit 1
+    fi
+fi
+
 header "ruff"
 "$VENV/bin/ruff" check .
 "$VENV/bin/ruff" format --check .

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import traceback
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import quote
@@ -144,11 +144,20 @@ def snapshot() -> list[dict[str, Any]]:
     ]
 
 
+def confirmation(name: str) -> dict[str, str]:
+    """What an action's intermediate page posts back: reschedule asks for the new time."""
+    if name != "reschedule_jobs":
+        return {}
+    in_an_hour = timezone.localtime(timezone.now() + timedelta(hours=1))
+    return {"post": "yes", "run_at": in_an_hour.strftime("%Y-%m-%dT%H:%M:%S")}
+
+
 def post_action(client: Any, name: str, jobs: list[DelayedJob]) -> Any:
-    """The POST the changelist form sends for ``name``: forged when it was not offered."""
+    """The POST the changelist form (and its confirmation page, if any) sends for ``name``:
+    forged when it was not offered."""
     return client.post(
         changelist_url(),
-        {"action": name, "_selected_action": [str(job.pk) for job in jobs]},
+        {"action": name, "_selected_action": [str(job.pk) for job in jobs], **confirmation(name)},
         follow=True,
     )
 

@@ -8,32 +8,37 @@ keyword options to ``handle()`` without parsing them.
 from __future__ import annotations
 
 import logging
-from argparse import ArgumentTypeError
+import re
+from argparse import ArgumentParser, ArgumentTypeError
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any, TextIO, TypeVar
 
-from django.core.management.base import CommandError
+from django.core.management.base import BaseCommand, CommandError
 
+from delayjobs import pauses
 from delayjobs.checks import MAX_CONCURRENCY
+from delayjobs.exceptions import InvalidJob
 from delayjobs.jobtypes import QUEUE_PATTERN
-from delayjobs.models import DelayedJob
+from delayjobs.models import ACTIVE_STATUSES, DelayedJob, JobStatus
 
 LEVELS = {0: logging.ERROR, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
 WORKER_ID_MAX_LENGTH = DelayedJob._meta.get_field("worker_id").max_length
 
 T = TypeVar("T")
 
+DURATION_PATTERN = re.compile(r"([0-9]{1,9})([smhd])")
+DURATION_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
+#: Longer than any retention anyone means, and far from datetime's limits.
+MAX_DURATION = timedelta(days=36500)
+MAX_BATCH_SIZE = 100_000
+#: What prune_delay_jobs may delete: jobs that will not run again unless retried.
+FINISHED_STATUSES = tuple(status for status in JobStatus if status not in ACTIVE_STATUSES)
+
 
 def concurrency(value: object) -> int:
     """--concurrency: a whole number of threads, 1 to MAX_CONCURRENCY."""
-    number = value
-    if isinstance(value, str):
-        try:
-            number = int(value)
-        except ValueError:
-            number = None
-    if isinstance(number, bool) or not isinstance(number, int):
-        raise ArgumentTypeError(f"must be a whole number, got {shown(value)}")
+    number = whole_number(value)
     if number < 1:
         raise ArgumentTypeError(f"must be at least 1, got {shown(number)}")
     if number > MAX_CONCURRENCY:
@@ -60,6 +65,54 @@ def worker_id(value: object) -> str:
     ):
         raise ArgumentTypeError(f"use 1-{WORKER_ID_MAX_LENGTH} printable characters")
     return value
+
+
+def duration(value: object) -> timedelta:
+    """--older-than: a whole number and a unit, as in 90s, 30m, 12h or 14d."""
+    match = DURATION_PATTERN.fullmatch(value) if isinstance(value, str) else None
+    if match is None:
+        raise ArgumentTypeError(
+            f"use a whole number and a unit (s, m, h or d) as in 90s, 30m, 12h or 14d, "
+            f"got {shown(value)}"
+        )
+    number, unit = match.groups()
+    length = timedelta(**{DURATION_UNITS[unit]: int(number)})
+    if not timedelta(0) < length <= MAX_DURATION:
+        raise ArgumentTypeError(
+            f"must be more than 0 and at most {MAX_DURATION.days}d, got {shown(value)}"
+        )
+    return length
+
+
+def batch_size(value: object) -> int:
+    """--batch-size: rows per delete, 1 to MAX_BATCH_SIZE."""
+    number = whole_number(value)
+    if not 1 <= number <= MAX_BATCH_SIZE:
+        raise ArgumentTypeError(f"must be 1 to {MAX_BATCH_SIZE}, got {shown(number)}")
+    return number
+
+
+def finished_status(value: object) -> str:
+    """--status of prune_delay_jobs: succeeded, failed or cancelled."""
+    finished = ", ".join(FINISHED_STATUSES)
+    if value in ACTIVE_STATUSES:
+        raise ArgumentTypeError(f"{value} jobs are active and are never pruned; use {finished}")
+    if value not in FINISHED_STATUSES:
+        raise ArgumentTypeError(f"use {finished}, got {shown(value)}")
+    return str(value)
+
+
+def whole_number(value: object) -> int:
+    """An int, or its decimal text (as from a command line); not a bool."""
+    number = value
+    if isinstance(value, str):
+        try:
+            number = int(value)
+        except ValueError:
+            number = None
+    if isinstance(number, bool) or not isinstance(number, int):
+        raise ArgumentTypeError(f"must be a whole number, got {shown(value)}")
+    return number
 
 
 def checked(option: str, validate: Callable[[Any], T], value: object) -> T:
@@ -97,3 +150,50 @@ def configure_logging(verbosity: int, stream: TextIO) -> None:
         logging.Formatter("%(asctime)s.%(msecs)03d %(levelname)s %(message)s", "%H:%M:%S")
     )
     logger.addHandler(handler)
+
+
+class PauseCommand(BaseCommand):
+    """pause_delay_jobs and resume_delay_jobs: one queue or one job type per call."""
+
+    #: False: pause; True: resume.
+    resume: bool
+
+    def add_arguments(self, parser: ArgumentParser) -> None:
+        target = parser.add_mutually_exclusive_group(required=True)
+        target.add_argument("--queue", metavar="Q", type=queue_name, help="A queue.")
+        target.add_argument("--job-type", metavar="T", help="A registered job type's name.")
+
+    def handle(self, *, queue: object, job_type: object, **options: Any) -> None:
+        # call_command passes a required group's option through argparse, but a keyword
+        # given as None, or both keywords, reach handle() as they are.
+        if (queue is None) == (job_type is None):
+            raise CommandError("Give --queue or --job-type, one of them.")
+        if queue is not None:
+            option, name = "queue", checked(f"--queue {shown(queue)}", queue_name, queue)
+        elif isinstance(job_type, str):
+            option, name = "job_type", job_type
+        else:
+            raise CommandError(f"--job-type: give a job type's name, got {shown(job_type)}.")
+        target = {option: name}
+        what = f"{option.replace('_', ' ')} {name}"
+        # Not str.capitalize(): that would lower-case the name too.
+        subject = what[0].upper() + what[1:]
+        try:
+            changed = (
+                pauses.resume(**target) if self.resume else pauses.pause(**target, by="manage.py")
+            )
+        except InvalidJob as exc:  # an unknown job type, above all
+            raise CommandError(str(exc)) from None
+        if self.resume:
+            self.stdout.write(
+                f"Resumed {what}: its scheduled jobs run again where they were."
+                if changed
+                else f"{subject} was not paused: nothing changed."
+            )
+        else:
+            self.stdout.write(
+                f"Paused {what}: no consumer claims its jobs until resume_delay_jobs; they stay "
+                f"scheduled."
+                if changed
+                else f"{subject} was already paused: nothing changed."
+            )

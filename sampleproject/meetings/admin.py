@@ -1,5 +1,6 @@
 from django.contrib import admin
 
+from delayjobs.admin import DelayedJobInline
 from sampleproject.meetings.models import Attendee, Meeting, Reminder, Room, RoomRequest
 
 
@@ -20,7 +21,8 @@ class MeetingAdmin(admin.ModelAdmin):
     list_filter = ["status", "room"]
     search_fields = ["title"]
     date_hierarchy = "starts_at"
-    inlines = [AttendeeInline]
+    # The meeting's reminder, start and end jobs, with their status and history links.
+    inlines = [AttendeeInline, DelayedJobInline]
 
 
 @admin.register(Attendee)

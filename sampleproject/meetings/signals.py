@@ -39,6 +39,7 @@ def sync_meeting_jobs(sender: type[Meeting], instance: Meeting, raw: bool, **kwa
                 run_at=job_type.run_at(instance),
                 key=key,
                 replace=True,
+                obj=instance,  # shown on the meeting's admin page
             )
         except delayjobs.DuplicateJob:
             # The job is running right now and cannot be moved; it will see the meeting
@@ -70,6 +71,7 @@ def sync_room_request_job(
         run_at=instance.expires_at,
         key=instance.expire_job_key,
         replace=True,
+        obj=instance,
     )
 
 

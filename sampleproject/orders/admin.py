@@ -1,5 +1,6 @@
 from django.contrib import admin
 
+from delayjobs.admin import DelayedJobInline
 from sampleproject.orders.models import Order
 
 
@@ -10,6 +11,8 @@ class OrderAdmin(admin.ModelAdmin):
     search_fields = ["customer"]
     readonly_fields = ["created_at", "paid_at", "closed_at"]
     actions = ["pay"]
+    # The order's close-if-unpaid job: when it is due, or what became of it.
+    inlines = [DelayedJobInline]
 
     @admin.action(description="Mark selected unpaid orders paid")
     def pay(self, request, queryset) -> None:

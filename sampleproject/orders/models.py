@@ -58,6 +58,7 @@ class Order(models.Model):
                 {"order_id": order.pk},
                 delay=payment_timeout(),
                 key=order.close_job_key,
+                obj=order,  # shown on the order's admin page
             )
         return order
 

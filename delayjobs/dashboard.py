@@ -1,0 +1,161 @@
+"""The admin dashboard: the figures of ``delayjobs.stats`` on one server-rendered page.
+
+No JavaScript and no external assets: the chart of the next hour is an inline SVG whose
+bars are positioned here, in Python, so the page works offline and under a strict
+Content-Security-Policy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.contrib.admin import ModelAdmin
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest
+from django.template.response import TemplateResponse
+from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
+
+from delayjobs import stats
+from delayjobs.models import JobStatus
+
+TEMPLATE = "delayjobs/dashboard.html"
+
+# The chart's coordinate system (the SVG scales to the page width through its viewBox).
+BAR_WIDTH = 10
+BAR_GAP = 2
+PLOT_HEIGHT = 120
+LEFT = 36  # room for the y-axis label
+BOTTOM = 18  # room for the time labels
+RIGHT = 20  # room for half of the last time label
+TICK_EVERY = 10  # minutes between time labels
+
+
+@dataclass(frozen=True)
+class Bar:
+    minute: datetime
+    count: int
+    x: float
+    y: float
+    width: float
+    height: float
+    title: str
+
+
+@dataclass(frozen=True)
+class Tick:
+    x: float
+    label: str
+
+
+@dataclass(frozen=True)
+class DueChart:
+    """The SVG chart of jobs due per minute: one bar per minute that has jobs."""
+
+    width: int
+    height: int
+    plot_top: int
+    plot_bottom: int
+    left: int
+    right: int
+    peak: int
+    total: int
+    bars: list[Bar]
+    ticks: list[Tick]
+    label: str
+
+
+def due_chart(figures: stats.Stats) -> DueChart:
+    counts = figures.due_per_minute
+    peak = max(counts, default=0)
+    bars = []
+    for index, count in enumerate(counts):
+        if not count:
+            continue  # an empty minute is the absence of a bar
+        minute = figures.minute(index)
+        # At least one unit tall: a minute with one job among thousands stays visible.
+        height = max(1.0, round(count / peak * PLOT_HEIGHT, 1))
+        bars.append(
+            Bar(
+                minute=minute,
+                count=count,
+                x=LEFT + index * BAR_WIDTH + BAR_GAP / 2,
+                y=PLOT_HEIGHT - height,
+                width=BAR_WIDTH - BAR_GAP,
+                height=height,
+                title=ngettext("%(time)s: %(count)d job due", "%(time)s: %(count)d jobs due", count)
+                % {"time": stats.format_clock(minute), "count": count},
+            )
+        )
+    ticks = [
+        Tick(x=LEFT + index * BAR_WIDTH, label=stats.format_clock(figures.minute(index)))
+        for index in range(0, len(counts) + 1, TICK_EVERY)
+    ]
+    total = sum(counts)
+    label = ngettext(
+        "%(total)d job due in the next hour, by minute from %(start)s; at most %(peak)d in "
+        "one minute.",
+        "%(total)d jobs due in the next hour, by minute from %(start)s; at most %(peak)d in "
+        "one minute.",
+        total,
+    ) % {"total": total, "start": stats.format_clock(figures.due_from), "peak": peak}
+    right = LEFT + len(counts) * BAR_WIDTH
+    return DueChart(
+        width=right + RIGHT,
+        height=PLOT_HEIGHT + BOTTOM,
+        plot_top=0,
+        plot_bottom=PLOT_HEIGHT,
+        left=LEFT,
+        right=right,
+        peak=peak,
+        total=total,
+        bars=bars,
+        ticks=ticks,
+        label=label,
+    )
+
+
+@dataclass(frozen=True)
+class JobTypeRow:
+    job_type: str
+    counts: list[int]
+    paused: bool
+
+
+def dashboard_view(request: HttpRequest, model_admin: ModelAdmin[Any]) -> TemplateResponse:
+    """The dashboard page. Wrap it in ``admin_site.admin_view`` (staff login); it also
+    needs the view permission on delayed jobs, as their change list does."""
+    if not model_admin.has_view_permission(request):
+        raise PermissionDenied
+    figures = stats.collect()
+    paused = figures.paused
+    statuses = JobStatus.values
+    context = {
+        **model_admin.admin_site.each_context(request),
+        "title": _("Delayed jobs dashboard"),
+        "opts": model_admin.opts,
+        "figures": figures,
+        "chart": due_chart(figures),
+        "statuses": [
+            (label, figures.by_status.get(status, 0))
+            for status, label in zip(statuses, JobStatus.labels, strict=True)
+        ],
+        "job_types": [
+            JobTypeRow(
+                job_type=name,
+                counts=[counts.get(status, 0) for status in statuses],
+                paused=name in paused.job_types,
+            )
+            for name, counts in figures.by_job_type.items()
+        ],
+        "lateness": [
+            (label, stats.format_duration(value)) for label, value in figures.lateness.figures()
+        ],
+        "overdue_late": stats.format_duration(
+            figures.oldest_overdue.late if figures.oldest_overdue else None
+        ),
+        "live_within": stats.format_duration(stats.LIVE_WITHIN),
+    }
+    return TemplateResponse(request, TEMPLATE, context)

@@ -1,0 +1,268 @@
+"""Browser tests: Debian's chromium, driven by Playwright, against a live test server.
+
+A staff user finds a failed job, reads its traceback, retries it and sees a consumer run
+it; a view-only user is offered no action; the dashboard draws its chart. Screenshots of
+these pages illustrate the README: with ``DELAYJOBS_SCREENSHOTS=1`` they are written to
+docs/screenshots/, otherwise to the test's tmp_path (so a CI run leaves the tree alone).
+
+These tests never skip: without chromium or Playwright they fail (tests/run.sh installs
+both; Playwright cannot download its own browsers here, so it launches /usr/bin/chromium).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.contrib.auth.models import Permission, User
+from django.utils import timezone
+
+import delayjobs
+from delayjobs.models import DelayedJob, JobStatus
+from tests.conftest import REPO_ROOT, ConsumerFactory, ConsumerProcess
+from tests.utils import wait_for
+
+try:
+    from playwright.sync_api import Browser, Page, expect, sync_playwright
+except ImportError as exc:  # a clear failure, never a skip
+    raise ImportError(
+        "The browser tests need Playwright for Python: pip install -e '.[test]'"
+    ) from exc
+
+pytestmark = [pytest.mark.browser, pytest.mark.subprocess]
+
+CHROMIUM = Path("/usr/bin/chromium")
+VIEWPORT = {"width": 1280, "height": 800}
+SCREENSHOTS_DIR = REPO_ROOT / "docs" / "screenshots"
+PASSWORD = "browser-test-password"
+CHANGELIST = "/admin/delayjobs/delayedjob/"
+DASHBOARD = "/admin/delayjobs/delayedjob/dashboard/"
+FILTERED_BY_FAILED = re.compile(r"/admin/delayjobs/delayedjob/\?status__exact=failed$")
+ASYNC_UNSAFE = "DJANGO_ALLOW_ASYNC_UNSAFE"
+#: Consumer subprocesses keep Django's async-safety check (see ``allow_orm_next_to_playwright``).
+CONSUMER_ENV = {ASYNC_UNSAFE: ""}
+
+
+@pytest.fixture(scope="module")
+def allow_orm_next_to_playwright() -> Iterator[None]:
+    """Let this test thread use the ORM while Playwright's sync API is active.
+
+    Playwright's sync API runs an asyncio event loop in the test's own thread (switching
+    to it in a greenlet), so Django sees a running loop and raises SynchronousOnlyOperation
+    for every query made by the test or by its fixtures. Nothing here is async: the ORM
+    is only called between Playwright calls, never from the loop. This is Django's
+    documented escape hatch, set for this module only and restored afterwards; the live
+    server's thread has no loop and is unaffected.
+    """
+    previous = os.environ.get(ASYNC_UNSAFE)
+    os.environ[ASYNC_UNSAFE] = "true"
+    try:
+        yield
+    finally:
+        if previous is None:
+            del os.environ[ASYNC_UNSAFE]
+        else:
+            os.environ[ASYNC_UNSAFE] = previous
+
+
+@pytest.fixture(scope="module")
+def browser(allow_orm_next_to_playwright: None) -> Iterator[Browser]:
+    """One headless chromium for the module (starting it is the slow part)."""
+    assert CHROMIUM.is_file(), (
+        f"{CHROMIUM} not found: the browser tests need Debian's chromium "
+        "(apt-get install chromium; tests/run.sh installs it when run as root)"
+    )
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM))
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@pytest.fixture
+def page(browser: Browser, live_server) -> Iterator[Page]:
+    """A fresh page (own cookies) per test, closed before the test's database is flushed."""
+    context = browser.new_context(viewport=VIEWPORT, base_url=live_server.url)
+    # The admin's navigation sidebar starts closed (its own remembered setting), leaving
+    # the tables the page's width in the screenshots.
+    context.add_init_script("localStorage.setItem('django.admin.navSidebarIsOpen', 'false')")
+    try:
+        yield context.new_page()
+    finally:
+        context.close()
+
+
+@pytest.fixture
+def screenshot(page: Page, tmp_path: Path):
+    """``screenshot(name)``: a full-page PNG, into docs/screenshots/ if asked for, else tmp."""
+
+    def take(name: str) -> Path:
+        if os.environ.get("DELAYJOBS_SCREENSHOTS") == "1":
+            SCREENSHOTS_DIR.mkdir(parents=True, exist_ok=True)
+            path = SCREENSHOTS_DIR / name
+        else:
+            path = tmp_path / name
+        page.screenshot(path=str(path), full_page=True)
+        assert path.stat().st_size > 0
+        return path
+
+    return take
+
+
+def staff_user(username: str, *permissions: str) -> User:
+    user = User.objects.create_user(username, password=PASSWORD, is_staff=True)
+    for codename in permissions:
+        user.user_permissions.add(
+            Permission.objects.get(content_type__app_label="delayjobs", codename=codename)
+        )
+    return user
+
+
+def log_in(page: Page, user: User) -> None:
+    page.goto("/admin/login/")
+    page.locator("#id_username").fill(user.username)
+    page.locator("#id_password").fill(PASSWORD)
+    page.locator("#login-form [type=submit]").click()
+    expect(page).not_to_have_url(re.compile(r"/login/"))
+    expect(page.locator("#user-tools")).to_contain_text(re.compile(user.username, re.IGNORECASE))
+
+
+def consumer(consumer_process: ConsumerFactory, *args: str) -> ConsumerProcess:
+    return consumer_process(*args, env=CONSUMER_ENV)
+
+
+def job_row(page: Page, job: DelayedJob):
+    """The changelist row that links to ``job``."""
+    link = page.locator(f'a[href*="/delayjobs/delayedjob/{job.pk}/change/"]')
+    return page.locator("#result_list tbody tr").filter(has=link)
+
+
+def jobs_that_ran(consumer_process: ConsumerFactory) -> DelayedJob:
+    """Some history, run by a real consumer; returns a job that failed every attempt.
+
+    Its payload is then emptied, as a fix deployed meanwhile would, so that a retry works.
+    """
+    failing = delayjobs.schedule(
+        "tests.scripted", {"fail_attempts": [1, 2, 3]}, key="order:42:close"
+    )
+    also_failing = delayjobs.schedule(
+        "tests.scripted", {"fail_attempts": [1, 2, 3]}, key="meeting:7:remind"
+    )
+    succeeding = delayjobs.schedule("tests.scripted", {"fail_attempts": [1]}, key="order:43:close")
+    delayjobs.schedule("tests.scripted", delay=timedelta(hours=1), key="order:44:close")
+
+    # Not --burst: a burst ends as soon as nothing is due, before the retries' backoff.
+    running = consumer(consumer_process, "--worker-id", "browser-test-1")
+    finished = (failing.pk, also_failing.pk, succeeding.pk)
+
+    def all_finished() -> bool:
+        if running.returncode is not None:
+            raise AssertionError(f"consumer exited early:\n{running.output()}")
+        return not DelayedJob.objects.filter(
+            pk__in=finished, status__in=[JobStatus.SCHEDULED, JobStatus.RUNNING]
+        ).exists()
+
+    wait_for(all_finished, message="the jobs did not finish")
+    running.send_signal(signal.SIGTERM)
+    assert running.wait() == 0, running.output()
+
+    failing.refresh_from_db()
+    assert (failing.status, failing.attempts) == (JobStatus.FAILED, 3)
+    assert DelayedJob.objects.get(pk=succeeding.pk).status == JobStatus.SUCCEEDED
+    DelayedJob.objects.filter(pk=failing.pk).update(payload={})
+    return failing
+
+
+def test_staff_finds_a_failed_job_reads_its_traceback_and_retries_it(
+    page: Page, consumer_process: ConsumerFactory, screenshot
+):
+    job = jobs_that_ran(consumer_process)
+    # The attempts inline needs the view permission of JobAttempt too.
+    log_in(page, staff_user("operator", "view_delayedjob", "view_jobattempt", "retry_delayedjob"))
+
+    # The changelist, filtered by status "failed" through the filter sidebar.
+    page.goto(CHANGELIST)
+    expect(job_row(page, job)).to_have_count(1)
+    page.locator('#changelist-filter a[href*="status__exact=failed"]').click()
+    expect(page).to_have_url(FILTERED_BY_FAILED)
+    rows = page.locator("#result_list tbody tr")
+    expect(rows).to_have_count(2)  # the two jobs that failed, nothing else
+    expect(job_row(page, job)).to_contain_text("failed")
+    screenshot("admin-changelist.png")
+
+    # The job's page: every attempt, with the traceback of each.
+    job_row(page, job).locator(f'a[href*="/{job.pk}/change/"]').first.click()
+    expect(page.get_by_text("Traceback (most recent call last)")).to_have_count(3)
+    for attempt in (1, 2, 3):
+        # The last line of each traceback (the job's "last error" is not qualified).
+        failure = f"tests.delay_jobs.ScriptedFailure: scripted failure of job {job.pk}"
+        expect(page.get_by_text(f"{failure} on attempt {attempt}")).to_be_visible()
+    screenshot("admin-job-detail.png")
+
+    # Back to the list: select the job and run the Retry action.
+    page.go_back()
+    expect(page).to_have_url(FILTERED_BY_FAILED)
+    job_row(page, job).locator('input[name="_selected_action"]').check()
+    page.locator('select[name="action"]').select_option("retry_jobs")
+    page.locator('button[name="index"]').click()
+    # A success message counting one job (its wording is the admin's), and no warning.
+    expect(page.locator(".messagelist .success")).to_contain_text(re.compile(r"\b1\b"))
+    expect(page.locator(".messagelist li:not(.success)")).to_have_count(0)
+
+    # Scheduled again, and nothing runs it until a consumer does.
+    page.goto(CHANGELIST)
+    expect(job_row(page, job)).to_contain_text("scheduled")
+    burst = consumer(consumer_process, "--burst", "--worker-id", "browser-test-2")
+    assert burst.wait() == 0, burst.output()
+    page.reload()
+    expect(job_row(page, job)).to_contain_text("succeeded")
+    job.refresh_from_db()
+    assert (job.status, job.worker_id) == (JobStatus.SUCCEEDED, "browser-test-2")
+
+
+def test_view_only_staff_is_offered_no_action(page: Page):
+    job = delayjobs.schedule("tests.scripted", key="order:42:close")
+    DelayedJob.objects.filter(pk=job.pk).update(status=JobStatus.FAILED)
+    log_in(page, staff_user("auditor", "view_delayedjob"))
+
+    page.goto(CHANGELIST)
+    expect(job_row(page, job)).to_contain_text("failed")
+    # Django leaves the select out when no action is allowed; either way, none is offered.
+    expect(page.locator('select[name="action"] option:not([value=""])')).to_have_count(0)
+    expect(job_row(page, job).locator('input[name="_selected_action"]')).to_have_count(0)
+
+
+def test_dashboard_draws_the_chart_of_jobs_due_in_the_next_hour(page: Page, screenshot):
+    due = [
+        {"job_type": job_type, "delay": timedelta(minutes=minutes)}
+        for job_type, minutes_due in (
+            ("tests.scripted", (2, 3, 3, 11, 12, 12, 12, 25, 38, 39, 52, 58)),
+            ("tests.noop", (3, 7, 12, 30, 31, 44)),
+        )
+        for minutes in minutes_due
+    ]
+    jobs = delayjobs.schedule_many([*due, *({"job_type": "tests.scripted"} for _ in range(4))])
+    # Some history beside them, for the other figures of the page (and its screenshot).
+    finished = [job.pk for job in jobs[len(due) :]]
+    DelayedJob.objects.filter(pk__in=finished[:3]).update(
+        status=JobStatus.SUCCEEDED, attempts=1, finished_at=timezone.now()
+    )
+    DelayedJob.objects.filter(pk=finished[3]).update(
+        status=JobStatus.FAILED, attempts=3, finished_at=timezone.now()
+    )
+    log_in(page, staff_user("operator", "view_delayedjob"))
+
+    response = page.goto(DASHBOARD)
+    assert response is not None
+    assert response.status == 200, f"{DASHBOARD} answered {response.status}"
+    assert page.url.endswith(DASHBOARD), f"{DASHBOARD} redirected to {page.url}"
+    chart = page.locator("svg#due-next-hour-chart")
+    expect(chart).to_be_visible()
+    expect(chart.locator("rect")).not_to_have_count(0)
+    screenshot("admin-dashboard.png")
