@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import defaultdict
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -239,8 +240,32 @@ class RunAtFilter(admin.SimpleListFilter):
 class JobChangeList(ChangeList):
     """The changelist page fetches each row's linked object in one query per model."""
 
-    def get_queryset(self, request: HttpRequest, *args: Any, **kwargs: Any) -> QuerySet[Any]:
-        return super().get_queryset(request, *args, **kwargs).prefetch_related("obj")
+    def get_results(self, request: HttpRequest) -> None:
+        super().get_results(request)
+        attach_objects(self.result_list)
+
+
+def attach_objects(jobs: Iterable[DelayedJob]) -> None:
+    """Fetch the jobs' linked objects with one query per model, as ``prefetch_related("obj")``
+    would, except that a content type whose model is gone (its app was removed) is skipped
+    instead of failing the whole page."""
+    field = DelayedJob._meta.get_field("obj")
+    by_type: dict[int, list[DelayedJob]] = defaultdict(list)
+    for job in jobs:
+        if job.content_type_id is not None:
+            by_type[job.content_type_id].append(job)
+    for linked in by_type.values():
+        model = linked[0].content_type.model_class()
+        keys: dict[DelayedJob, Any] = {}
+        for job in linked:
+            try:
+                keys[job] = model._meta.pk.to_python(job.object_id) if model else None
+            except ValidationError:  # an id that cannot be this model's: no object
+                keys[job] = None
+        wanted = {key for key in keys.values() if key is not None}
+        found = model._base_manager.in_bulk(wanted) if model and wanted else {}
+        for job, key in keys.items():
+            field.set_cached_value(job, found.get(key))
 
 
 class RescheduleForm(forms.Form):
@@ -284,6 +309,8 @@ class DelayedJobAdmin(ReadOnlyMixin, admin.ModelAdmin):
         "linked_object",
     )
     list_filter = ("status", "job_type", "queue", RunAtFilter)
+    # No COUNT(*) of the whole table on every filtered page: it grows with the history.
+    show_full_result_count = False
     # get_search_results does the searching; this turns the search box on.
     search_fields = ("=key",)
     search_help_text = _(

@@ -78,8 +78,12 @@ class JobSpec:
             "max_attempts": self.max_attempts,
             "attempts": 0,
             "last_error": "",
-            "content_type_id": self.content_type_id,
-            "object_id": self.object_id,
+            # Without obj=, the job keeps the object it was linked to.
+            **(
+                {"content_type_id": self.content_type_id, "object_id": self.object_id}
+                if self.content_type_id is not None
+                else {}
+            ),
         }
 
 

@@ -371,13 +371,18 @@ class Consumer:
 
         Cancelled, finished or taken by another consumer: dropped. Still scheduled: moved
         later (back at its time), locked by a caller's open transaction (back in a
-        moment), or of a job type this consumer does not know (left to the pre-loader,
-        and so to a consumer that knows it).
+        moment), of a job type this consumer does not know (left to the pre-loader, and
+        so to a consumer that knows it), or paused (left out until resume() puts it back).
         """
         now = timezone.now()
         entries = []
         rows = DelayedJob.objects.filter(pk__in=ids, status=JobStatus.SCHEDULED).order_by()
-        for pk, queue, run_at, job_type in rows.values_list("pk", "queue", "run_at", "job_type"):
+        found = list(rows.values_list("pk", "queue", "run_at", "job_type"))
+        if any(run_at <= now for _pk, _queue, run_at, _job_type in found):
+            # Due yet not claimed: perhaps paused or resumed since this consumer last
+            # looked. Dropping resumed work would delay it to the next pre-loader pass.
+            self._paused = pauses.paused()
+        for pk, queue, run_at, job_type in found:
             if job_type not in self._job_types:
                 self._warn_unknown_type(job_type)
                 continue
@@ -456,6 +461,9 @@ class Consumer:
                     job.trace_id,
                 )
             else:
+                # Past the time-out's reach now (finished is set): a slow receiver cannot
+                # turn this outcome into a time-out, and a timed-out one sends nothing here.
+                _signal_outcome(outcome)
                 # Handed over before the slot is freed, so that an idle consumer is never
                 # one with an outcome still unrecorded.
                 self._recorder.put(outcome)
@@ -491,7 +499,6 @@ class Consumer:
             retry_at = self._retry_at(job, exc)
         finished = timezone.now()
         self._log_outcome(job, started, finished, error, retry_at)
-        _signal_outcome(job, error, tb, retry_at, duration=finished - started)
         close_old_connections()
         return Outcome(
             job=job,
@@ -586,13 +593,15 @@ class Consumer:
             timed_out=True,
         )
         self._recorder.put(outcome)
-        _signal_outcome(job, outcome.error, outcome.traceback, retry_at, duration=time_to_run)
+        # Receivers are user code: not on this thread, which claims for every queue.
+        threading.Thread(target=_signal_outcome_apart, args=(outcome,), daemon=True).start()
         logger.warning(
-            "Job %s %s attempt %d timed out after %s; %s [trace %s]",
+            "Job %s %s attempt %d timed out after %s, started %.1f ms after run_at; %s [trace %s]",
             job.pk,
             job.job_type,
             job.attempts,
             time_to_run,
+            (outcome.started_at - job.run_at).total_seconds() * 1000,
             f"retrying at {retry_at.isoformat()}" if retry_at else "no retries left, marked failed",
             job.trace_id,
         )
@@ -954,13 +963,20 @@ def _channel_name(message: dict[str, Any]) -> str:
     return channel.decode() if isinstance(channel, bytes) else str(channel)
 
 
-def _signal_outcome(
-    job: DelayedJob, error: str, tb: str, retry_at: datetime | None, *, duration: timedelta
-) -> None:
+def _signal_outcome_apart(outcome: Outcome) -> None:
+    """``_signal_outcome`` in a thread of its own, which closes what receivers opened."""
+    try:
+        _signal_outcome(outcome)
+    finally:
+        connections.close_all()
+
+
+def _signal_outcome(outcome: Outcome) -> None:
     """job_succeeded, job_retrying or job_failed (final), as the attempt ended."""
-    if not error:
-        signals.send(signals.job_succeeded, job, duration=duration)
-    elif retry_at is not None:
-        signals.send(signals.job_retrying, job, error=error, retry_at=retry_at)
+    job = outcome.job
+    if outcome.succeeded:
+        signals.send(signals.job_succeeded, job, duration=outcome.finished_at - outcome.started_at)
+    elif outcome.retry_at is not None:
+        signals.send(signals.job_retrying, job, error=outcome.error, retry_at=outcome.retry_at)
     else:
-        signals.send(signals.job_failed, job, error=error, traceback=tb)
+        signals.send(signals.job_failed, job, error=outcome.error, traceback=outcome.traceback)

@@ -129,6 +129,7 @@ def dashboard_view(request: HttpRequest, model_admin: ModelAdmin[Any]) -> Templa
     needs the view permission on delayed jobs, as their change list does."""
     if not model_admin.has_view_permission(request):
         raise PermissionDenied
+    request.current_app = model_admin.admin_site.name  # links stay on a custom AdminSite
     figures = stats.collect()
     paused = figures.paused
     statuses = JobStatus.values

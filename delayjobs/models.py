@@ -117,6 +117,8 @@ class DelayedJob(models.Model):
         blank=True,
         related_name="+",
         verbose_name=_("object type"),
+        # The composite index below (content_type, object_id) serves lookups by type too.
+        db_index=False,
     )
     object_id = models.CharField(_("object id"), max_length=64, null=True, blank=True)  # noqa: DJ001
     obj = GenericForeignKey("content_type", "object_id")
@@ -241,7 +243,13 @@ class JobAttempt(models.Model):
         verbose_name = _("job attempt")
         verbose_name_plural = _("job attempts")
         ordering = ["-started_at", "-id"]
-        indexes = [models.Index(fields=["job", "-started_at"], name="delayjobs_attempt_job")]
+        indexes = [
+            models.Index(fields=["job", "-started_at"], name="delayjobs_attempt_job"),
+            # The dashboard's and delayjobs_status's windows: lateness of the last hour,
+            # failures of the last day; without these they would scan the whole history.
+            models.Index(fields=["started_at"], name="delayjobs_attempt_started"),
+            models.Index(fields=["finished_at"], name="delayjobs_attempt_finished"),
+        ]
 
     def __str__(self) -> str:
         return f"attempt {self.number} of job {self.job_id}: {self.outcome}"

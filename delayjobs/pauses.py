@@ -100,15 +100,20 @@ def check_target(
 
 
 def _reindex(**target: str) -> None:
-    """Put the resumed work due within the window back into Redis, then announce."""
+    """Announce the resume, then put the resumed work due within the window back into Redis.
+
+    In that order: a consumer that popped a resumed job while still believing it paused
+    would drop it from Redis (it re-reads the pauses first, but the sooner it hears, the
+    better).
+    """
     from delayjobs.preloader import load_window
 
+    _announce()
     try:
         horizon = timezone.now() + settings.PRELOAD_WINDOW
         load_window(get_store(), horizon, only=Q(**target))
     except RedisError as exc:
         logger.warning("Resumed %s; Redis is unreachable (%s): the pre-loader will.", target, exc)
-    _announce()
 
 
 def _announce() -> None:

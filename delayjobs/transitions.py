@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.db import IntegrityError, connections, transaction
-from django.db.models import Case, DateTimeField, F, QuerySet, Value, When
+from django.db.models import Case, DateTimeField, Exists, F, OuterRef, Q, QuerySet, Value, When
 from django.utils import timezone
 
 from delayjobs.db import fetch_models, update_returning
@@ -27,6 +27,8 @@ from delayjobs.models import (
     DelayedJob,
     JobAttempt,
     JobStatus,
+    Pause,
+    PauseKind,
     jobs_database,
 )
 from delayjobs.redis_store import index_entry
@@ -92,6 +94,9 @@ def _claim_skipping_locked(
     meta = DelayedJob._meta
     quote = connections[database].ops.quote_name
     table = quote(meta.db_table)
+    pauses = quote(Pause._meta.db_table)
+    pause_kind = quote(Pause._meta.get_field("kind").column)
+    pause_name = quote(Pause._meta.get_field("name").column)
     pk = quote(meta.pk.column)
     c = {name: quote(meta.get_field(name).column) for name in _CLAIM_COLUMNS}
     lease = "%s"  # the default lease; per job type where a type has its own
@@ -100,7 +105,7 @@ def _claim_skipping_locked(
         lease = f"CASE {table}.{c['job_type']} {cases} ELSE %s END"
     sql = f"""
         WITH locked AS MATERIALIZED (
-            SELECT {pk}, {c["status"]}, {c["run_at"]}, {c["job_type"]}
+            SELECT {pk}, {c["status"]}, {c["run_at"]}, {c["job_type"]}, {c["queue"]}
             FROM {table} WHERE {pk} = ANY(%s) FOR UPDATE SKIP LOCKED
         )
         UPDATE {table} SET
@@ -115,12 +120,18 @@ def _claim_skipping_locked(
             AND locked.{c["status"]} = %s
             AND locked.{c["run_at"]} <= %s
             AND locked.{c["job_type"]} = ANY(%s)
+            AND NOT EXISTS (
+                SELECT 1 FROM {pauses} p
+                WHERE (p.{pause_kind} = %s AND p.{pause_name} = locked.{c["queue"]})
+                    OR (p.{pause_kind} = %s AND p.{pause_name} = locked.{c["job_type"]})
+            )
         RETURNING {{columns}}
     """
     params: list[Any] = [list(ids), JobStatus.RUNNING, worker_id, now]
     for name, ttl in leases.items():
         params += [name, now + ttl]
     params += [now + default_lease, JobStatus.SCHEDULED, cutoff, sorted(known)]
+    params += [PauseKind.QUEUE, PauseKind.JOB_TYPE]
     return fetch_models(DelayedJob, database, sql, params, qualified=True)
 
 
@@ -133,6 +144,7 @@ _CLAIM_COLUMNS = (
     "lease_expires_at",
     "job_type",
     "run_at",
+    "queue",
 )
 
 
@@ -151,7 +163,7 @@ def _claim_with_update(
     """
     due = DelayedJob.objects.filter(
         pk__in=ids, status=JobStatus.SCHEDULED, run_at__lte=cutoff, job_type__in=job_types
-    )
+    ).exclude(_paused())
     changes = {
         "status": JobStatus.RUNNING,
         "attempts": F("attempts") + 1,
@@ -244,6 +256,17 @@ def _claim_chosen(
         job_types=job_types,
         leases=leases,
         default_lease=default_lease,
+    )
+
+
+def _paused() -> Exists:
+    """The row's queue or job type is paused: checked by the claim itself, so that no
+    consumer claims paused work, whatever its in-memory view of the pauses."""
+    return Exists(
+        Pause.objects.filter(
+            Q(kind=PauseKind.QUEUE, name=OuterRef("queue"))
+            | Q(kind=PauseKind.JOB_TYPE, name=OuterRef("job_type"))
+        )
     )
 
 

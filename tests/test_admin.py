@@ -273,6 +273,20 @@ def test_changelist_rows_show_status_badges_pauses_lateness_and_objects(admin_cl
     assert "queue <strong>other</strong>" in response.content.decode()
 
 
+def test_changelist_survives_a_job_linked_to_a_model_that_no_longer_exists(admin_client):
+    """A content type whose app was removed: its model_class() is None."""
+    from django.contrib.contenttypes.models import ContentType
+
+    removed = ContentType.objects.create(app_label="removed_app", model="thing")
+    job = make_job()
+    DelayedJob.objects.filter(pk=job.pk).update(content_type=removed, object_id="7")
+
+    response = admin_client.get(changelist_url())
+
+    assert response.status_code == 200
+    assert "thing 7" in row_html(response, job)  # its type and id, without a link
+
+
 def test_changelist_queries_are_the_same_for_5_and_50_jobs(admin_client):
     rooms = [Room.objects.create(name=f"Room {n}") for n in range(3)]
     orders = [Order.objects.create(customer=f"c{n}", total=Decimal("1.00")) for n in range(3)]

@@ -1,8 +1,9 @@
 """Browser tests: Debian's chromium, driven by Playwright, against a live test server.
 
 A staff user finds a failed job, reads its traceback, retries it and sees a consumer run
-it; a view-only user is offered no action; the dashboard draws its chart. Screenshots of
-these pages illustrate the README: with ``DELAYJOBS_SCREENSHOTS=1`` they are written to
+it; a view-only user is offered no action; the dashboard shows every section, filled by
+real jobs run by a real consumer (one still running). Screenshots of these pages
+illustrate the README: with ``DELAYJOBS_SCREENSHOTS=1`` they are written to
 docs/screenshots/, otherwise to the test's tmp_path (so a CI run leaves the tree alone).
 
 These tests never skip: without chromium or Playwright they fail (tests/run.sh installs
@@ -23,7 +24,8 @@ from django.contrib.auth.models import Permission, User
 from django.utils import timezone
 
 import delayjobs
-from delayjobs.models import DelayedJob, JobStatus
+from delayjobs import pauses
+from delayjobs.models import Consumer, DelayedJob, JobStatus
 from tests.conftest import REPO_ROOT, ConsumerFactory, ConsumerProcess
 from tests.utils import wait_for
 
@@ -238,7 +240,28 @@ def test_view_only_staff_is_offered_no_action(page: Page):
     expect(job_row(page, job).locator('input[name="_selected_action"]')).to_have_count(0)
 
 
-def test_dashboard_draws_the_chart_of_jobs_due_in_the_next_hour(page: Page, screenshot):
+@pytest.fixture
+def release_file(consumer_process: ConsumerFactory, tmp_path: Path) -> Iterator[Path]:
+    """A file whose existence ends the holds of ``hold_attempts``; created at teardown.
+
+    It needs ``consumer_process`` so that it is torn down first: the held jobs are let go
+    before their consumers are stopped, even when the test failed.
+    """
+    path = tmp_path / "release"
+    try:
+        yield path
+    finally:
+        path.touch()
+
+
+def test_dashboard_draws_the_chart_of_jobs_due_in_the_next_hour(
+    page: Page, consumer_process: ConsumerFactory, release_file: Path, screenshot
+):
+    # Paused before any consumer starts: its jobs stay scheduled, whatever is due.
+    assert pauses.pause(job_type="tests.slow_queue", by="operator")
+    delayjobs.schedule_many({"job_type": "tests.slow_queue"} for _ in range(2))
+    # Due five minutes ago on a queue that no consumer below consumes: overdue.
+    overdue = delayjobs.schedule("tests.noop", run_at=timezone.now() - timedelta(minutes=5))
     due = [
         {"job_type": job_type, "delay": timedelta(minutes=minutes)}
         for job_type, minutes_due in (
@@ -247,22 +270,122 @@ def test_dashboard_draws_the_chart_of_jobs_due_in_the_next_hour(page: Page, scre
         )
         for minutes in minutes_due
     ]
-    jobs = delayjobs.schedule_many([*due, *({"job_type": "tests.scripted"} for _ in range(4))])
-    # Some history beside them, for the other figures of the page (and its screenshot).
-    finished = [job.pk for job in jobs[len(due) :]]
-    DelayedJob.objects.filter(pk__in=finished[:3]).update(
-        status=JobStatus.SUCCEEDED, attempts=1, finished_at=timezone.now()
+    delayjobs.schedule_many(due)
+    # History, run by a real consumer: three jobs succeed at once, one on its second
+    # attempt, one fails all three; then one is held while the page is read.
+    succeeding = delayjobs.schedule_many(
+        [
+            *({"job_type": "tests.scripted", "key": f"invoice:{n}:send"} for n in (101, 102, 103)),
+            {
+                "job_type": "tests.scripted",
+                "payload": {"fail_attempts": [1]},
+                "key": "order:43:close",
+            },
+        ]
     )
-    DelayedJob.objects.filter(pk=finished[3]).update(
-        status=JobStatus.FAILED, attempts=3, finished_at=timezone.now()
+    failing = delayjobs.schedule(
+        "tests.scripted", {"fail_attempts": [1, 2, 3]}, key="order:42:close"
     )
+    # tests.limited is tests.scripted with a time_to_run that outlasts the hold.
+    held = delayjobs.schedule(
+        "tests.limited",
+        {"hold_attempts": [1], "release_file": str(release_file)},
+        key="report:2024:build",
+    )
+
+    worker_id = "browser-test-dashboard"
+    running = consumer(
+        consumer_process,
+        *("--worker-id", worker_id, "--concurrency", "4"),
+        *("--queue", "default", "--queue", "slow"),
+    )
+    finished = [job.pk for job in (*succeeding, failing)]
+
+    def ran_and_holds() -> bool:
+        if running.returncode is not None:
+            raise AssertionError(f"consumer exited early:\n{running.output()}")
+        return (
+            not DelayedJob.objects.filter(
+                pk__in=finished, status__in=[JobStatus.SCHEDULED, JobStatus.RUNNING]
+            ).exists()
+            and DelayedJob.objects.filter(
+                pk=held.pk, status=JobStatus.RUNNING, worker_id=worker_id
+            ).exists()
+            # A heartbeat since the last of the 3 + 2 + 3 executions ended.
+            and Consumer.objects.filter(worker_id=worker_id, processed=8).exists()
+        )
+
+    wait_for(ran_and_holds, message="the jobs did not run, or the held job is not running")
+    assert DelayedJob.objects.get(pk=failing.pk).status == JobStatus.FAILED
+    assert set(
+        DelayedJob.objects.filter(pk__in=[job.pk for job in succeeding]).values_list(
+            "status", flat=True
+        )
+    ) == {JobStatus.SUCCEEDED}
     log_in(page, staff_user("operator", "view_delayedjob"))
 
     response = page.goto(DASHBOARD)
     assert response is not None
     assert response.status == 200, f"{DASHBOARD} answered {response.status}"
     assert page.url.endswith(DASHBOARD), f"{DASHBOARD} redirected to {page.url}"
+
     chart = page.locator("svg#due-next-hour-chart")
     expect(chart).to_be_visible()
     expect(chart.locator("rect")).not_to_have_count(0)
+    expect(page.locator("#due-next-hour")).to_contain_text(f"{len(due)} jobs due in the next hour")
+
+    expect(page.locator(f'#overdue a[href*="/delayedjob/{overdue.pk}/change/"]')).to_be_visible()
+
+    paused = page.locator("#paused tbody tr")
+    expect(paused).to_have_count(1)
+    expect(paused).to_contain_text("job_type")
+    expect(paused).to_contain_text("tests.slow_queue")
+    expect(paused).to_contain_text("operator")
+    slow_queue = page.locator("#by-job-type tbody tr").filter(has_text="tests.slow_queue")
+    expect(slow_queue.locator(".paused")).to_be_visible()
+
+    # Attempts 1 and 2 of the failing job and 1 of the job that succeeded on its second.
+    failures = page.locator("#failures")
+    expect(failures.locator("h2")).to_have_text("4 failed attempts in the last 24 hours")
+    expect(failures).to_contain_text("retrying: 3")
+    expect(failures).to_contain_text("failed: 1")
+    expect(failures.locator("tbody tr")).to_have_count(4)
+    last_failure = f"scripted failure of job {failing.pk} on attempt 3"
+    expect(failures.locator("tbody tr").filter(has_text=last_failure).locator("td")).to_have_text(
+        [
+            f"#{failing.pk}",
+            "tests.scripted",
+            "3",
+            "failed",
+            re.compile(r"\d"),
+            worker_id,
+            re.compile(re.escape(last_failure) + "$"),
+        ]
+    )
+
+    # Every finished attempt: 3 + 2 + 3 (the held one has not finished).
+    lateness = page.locator("#lateness")
+    expect(lateness).to_contain_text("Start minus due time of 8 attempts started in the last hour")
+    expect(lateness.locator("tbody td")).to_have_count(4)
+    for cell in lateness.locator("tbody td").all():
+        expect(cell).to_have_text(re.compile(r"\d"))  # a duration, not "-"
+
+    consumers = page.locator("#consumers")
+    expect(consumers.locator("h2")).to_have_text("1 live consumer")
+    row = consumers.locator("tbody tr")
+    expect(row).to_have_count(1)
+    # worker, host, pid, queues, running / concurrency, processed, last heartbeat, jobs.
+    expect(row.locator("td")).to_have_text(
+        [
+            worker_id,
+            re.compile(r"\S"),
+            str(running.pid),
+            "default, slow",
+            "1 / 4",
+            "8",
+            re.compile(r"\d"),
+            f"#{held.pk} tests.limited",
+        ]
+    )
+    expect(row.locator(f'a[href*="/delayedjob/{held.pk}/change/"]')).to_have_text(f"#{held.pk}")
     screenshot("admin-dashboard.png")

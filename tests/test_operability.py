@@ -51,13 +51,16 @@ def test_schedule_refuses_what_is_not_a_saved_object(obj: Any, message: str) -> 
 
 
 @pytest.mark.django_db
-def test_replace_moves_the_link_with_the_job() -> None:
+def test_replace_moves_the_link_with_the_job_or_keeps_it_without_obj() -> None:
     first, second = User.objects.create(username="a"), User.objects.create(username="b")
     job = delayjobs.schedule("tests.noop", key="k", obj=first, delay=timedelta(hours=1))
     moved = delayjobs.schedule("tests.noop", key="k", obj=second, replace=True)
     assert moved.pk == job.pk
     assert list(DelayedJob.objects.for_object(second)) == [job]
     assert not DelayedJob.objects.for_object(first).exists()
+    # A replace that names no object keeps the link (a signal moving the time, say).
+    delayjobs.schedule("tests.noop", key="k", delay=timedelta(hours=2), replace=True)
+    assert list(DelayedJob.objects.for_object(second)) == [job]
 
 
 # Signals --------------------------------------------------------------------------------
@@ -162,6 +165,33 @@ def test_pause_and_resume_validate_their_target() -> None:
     assert pauses.resume(queue="default") is True
     assert pauses.resume(queue="default") is False
     assert not pauses.paused()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("target", [{"job_type": "tests.scripted"}, {"queue": "default"}])
+def test_the_claim_itself_refuses_paused_work(target: dict[str, str]) -> None:
+    """Whatever a consumer believes is paused, the claim reads the pauses itself."""
+    from delayjobs.jobtypes import registry
+    from delayjobs.transitions import claim
+
+    due = delayjobs.schedule("tests.scripted", run_at=timezone.now() - timedelta(seconds=1))
+    other = delayjobs.schedule("tests.noop", run_at=timezone.now() - timedelta(seconds=1))
+    pauses.pause(**target)
+
+    def claim_both() -> list[int]:
+        claimed = claim(
+            [due.pk, other.pk],
+            worker_id="w",
+            now=timezone.now(),
+            job_types=registry.names(),
+            leases={},
+            default_lease=timedelta(seconds=30),
+        )
+        return [job.pk for job in claimed]
+
+    assert claim_both() == [other.pk]
+    pauses.resume(**target)
+    assert claim_both() == [due.pk]
 
 
 @pytest.mark.subprocess
