@@ -14,7 +14,9 @@ Redis-down mode: when Redis cannot be reached twice in a row, main claims due jo
 straight from the database every DATABASE_POLL_INTERVAL (sooner when it knows a job is
 due sooner) and reaps expired leases itself, until the listener sees Redis answer again;
 then one pre-loader pass refills Redis (it may have come back empty) and main goes back
-to Redis. Each change of mode is logged once.
+to Redis. Each change of mode is logged once. It lives in ``consumer_database_mode``, the
+time-outs in ``consumer_timeouts``, both mixins of ``Consumer``; what one execution is, in
+``execution``.
 """
 
 from __future__ import annotations
@@ -24,14 +26,12 @@ import logging
 import os
 import signal
 import socket
-import sys
 import threading
 import time
 import traceback
 import uuid
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import FrameType
 from typing import Any
@@ -42,8 +42,18 @@ from redis import RedisError
 
 from delayjobs import pauses, preloader, presence, signals, transitions
 from delayjobs.conf import settings
+from delayjobs.consumer_database_mode import DatabaseMode
+from delayjobs.consumer_timeouts import EXIT_STUCK, TimeOuts
 from delayjobs.db import drop_broken_connections
-from delayjobs.exceptions import JobTimeout, UnknownJobType
+from delayjobs.exceptions import UnknownJobType
+from delayjobs.execution import (
+    LOCKED_RETRY,
+    Running,
+    describe,
+    signal_outcome,
+    storable,
+    time_to_run_of,
+)
 from delayjobs.handoff import index_due_soon
 from delayjobs.jobtypes import JobType, registry
 from delayjobs.models import DelayedJob, JobStatus
@@ -57,9 +67,11 @@ from delayjobs.redis_store import (
     lanes,
     split_lane,
 )
-from delayjobs.slots import Candidate, Slots
+from delayjobs.slots import Slots
 from delayjobs.transitions import Outcome
 from delayjobs.workers import WorkerThreads
+
+__all__ = ["EXIT_STUCK", "Consumer", "default_worker_id"]
 
 logger = logging.getLogger("delayjobs.consumer")
 
@@ -68,34 +80,15 @@ ERROR_BACKOFF = 1.0
 #: In a backlog, how long a free slot may wait for others to free up, so that one claim
 #: fills many slots instead of one claim (a Redis and a database round trip) per slot.
 REFILL_WAIT = 0.002
-#: A due job whose row was locked by a caller's open transaction is tried again after this;
-#: so is a due job whose job type had no free slot.
-LOCKED_RETRY = timedelta(milliseconds=50)
-#: Exit code when threads stuck in timed-out jobs fill every thread, or every slot of a
-#: limited queue or job type: a supervisor should start a fresh process, the only way to
-#: get those threads back.
-EXIT_STUCK = 3
-#: Redis-down mode: after Redis answered but refilling it failed, wait this long before
-#: trying to go back to it again.
-REDIS_RETURN_BACKOFF = 5.0
-
-
-@dataclass(eq=False)
-class Running:
-    """One execution this consumer started, until its thread returns."""
-
-    job: DelayedJob
-    deadline: float  # time.monotonic() past which it is timed out
-    thread_id: int | None = None
-    finished: bool = False  # its thread returned; the outcome is being handed over
-    timed_out: bool = False  # recorded as timed out; whatever it returns is ignored
+#: Whose retry policy applies to a job of a type this process does not know.
+_FALLBACK_JOB_TYPE = JobType()
 
 
 def default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
-class Consumer:
+class Consumer(DatabaseMode, TimeOuts):
     def __init__(
         self,
         *,
@@ -358,7 +351,7 @@ class Consumer:
         if not jobs:
             return
         now = time.monotonic()
-        started = [Running(job, now + _time_to_run(job).total_seconds()) for job in jobs]
+        started = [Running(job, now + time_to_run_of(job).total_seconds()) for job in jobs]
         with self._cond:
             for running in started:
                 self._in_flight[running.job.pk] = running
@@ -463,7 +456,7 @@ class Consumer:
             else:
                 # Past the time-out's reach now (finished is set): a slow receiver cannot
                 # turn this outcome into a time-out, and a timed-out one sends nothing here.
-                _signal_outcome(outcome)
+                signal_outcome(outcome)
                 # Handed over before the slot is freed, so that an idle consumer is never
                 # one with an outcome still unrecorded.
                 self._recorder.put(outcome)
@@ -494,8 +487,8 @@ class Consumer:
             jobtype = registry.get(job.job_type)
             jobtype.execute(job)
         except BaseException as exc:  # a job's SystemExit must not end the consumer
-            error = _describe(exc)
-            tb = _storable(traceback.format_exc())
+            error = describe(exc)
+            tb = storable(traceback.format_exc())
             retry_at = self._retry_at(job, exc)
         finished = timezone.now()
         self._log_outcome(job, started, finished, error, retry_at)
@@ -509,111 +502,6 @@ class Consumer:
             traceback=tb,
             retry_at=retry_at,
         )
-
-    # Time-outs ------------------------------------------------------------------------
-
-    def _time_out_overdue(self) -> float | None:
-        """Record executions past their time_to_run as timed out; seconds to the next one.
-
-        A thread cannot be stopped, so a timed-out job keeps its thread and its slots
-        until it returns, and nothing it returns counts. The attempt is recorded at once,
-        with the stack where it is stuck, and retried or failed like any failure.
-        """
-        now = time.monotonic()
-        expired: list[Running] = []
-        next_deadline: float | None = None
-        with self._cond:
-            for running in self._in_flight.values():
-                if running.finished:
-                    continue
-                if running.deadline <= now:
-                    expired.append(running)
-                elif next_deadline is None or running.deadline < next_deadline:
-                    next_deadline = running.deadline
-            for running in expired:
-                running.timed_out = True
-                del self._in_flight[running.job.pk]
-                self._stuck.add(running)
-        if expired:
-            frames = sys._current_frames()
-            for running in expired:
-                self._record_time_out(running, frames.get(running.thread_id or -1))
-            filled = self._filled_by_stuck_threads()
-            if filled and not self._stopping:
-                logger.error(
-                    "Consumer %s: threads stuck in timed-out jobs fill %s; stopping so that a "
-                    "fresh process can take over (exit code %d).",
-                    self.worker_id,
-                    filled,
-                    EXIT_STUCK,
-                )
-                self.exit_code = EXIT_STUCK
-                self._stopping = True
-                self._stop_event.set()
-        return None if next_deadline is None else max(next_deadline - now, 0.0)
-
-    def _filled_by_stuck_threads(self) -> str | None:
-        """What stuck threads have filled for good, if anything: every thread, or every
-        slot of a limited queue or job type (whose jobs this process could never run again).
-        """
-        with self._cond:
-            stuck = [running.job for running in self._stuck]
-        if len(stuck) >= self.concurrency:
-            return f"all {self.concurrency} worker thread(s)"
-        for queue, count in Counter(job.queue for job in stuck).items():
-            limit = self._slots.queue_limits.get(queue)
-            if limit is not None and count >= limit:
-                return f"all {limit} slot(s) of the queue {queue!r}"
-        for job_type, count in Counter(job.job_type for job in stuck).items():
-            limit = self._slots.type_limits.get(job_type)
-            if limit is not None and count >= limit:
-                return f"all {limit} slot(s) of the job type {job_type!r}"
-        return None
-
-    def _record_time_out(self, running: Running, frame: FrameType | None) -> None:
-        job = running.job
-        time_to_run = _time_to_run(job)
-        exc = JobTimeout(
-            f"attempt {job.attempts} ran past the time_to_run of {job.job_type} "
-            f"({time_to_run}); its thread is left to finish on its own"
-        )
-        if frame is None:
-            stack = "(the job had not started in its thread yet)\n"
-        else:
-            stack = "".join(traceback.format_stack(frame))
-        retry_at = self._retry_at(job, exc)
-        outcome = Outcome(
-            job=job,
-            worker_id=self.worker_id,
-            started_at=job.started_at or timezone.now(),
-            finished_at=timezone.now(),
-            error=_describe(exc),
-            traceback=_storable(f"Where the job was when it timed out:\n{stack}"),
-            retry_at=retry_at,
-            timed_out=True,
-        )
-        self._recorder.put(outcome)
-        # Receivers are user code: not on this thread, which claims for every queue.
-        threading.Thread(target=_signal_outcome_apart, args=(outcome,), daemon=True).start()
-        logger.warning(
-            "Job %s %s attempt %d timed out after %s, started %.1f ms after run_at; %s [trace %s]",
-            job.pk,
-            job.job_type,
-            job.attempts,
-            time_to_run,
-            (outcome.started_at - job.run_at).total_seconds() * 1000,
-            f"retrying at {retry_at.isoformat()}" if retry_at else "no retries left, marked failed",
-            job.trace_id,
-        )
-
-    def _drain(self) -> None:
-        """Wait for running jobs to finish, timing out those that run past time_to_run."""
-        while True:
-            wait = self._time_out_overdue()
-            with self._cond:
-                if not self._in_flight:
-                    return
-                self._cond.wait(ERROR_BACKOFF if wait is None else max(wait, 0.001))
 
     def _retry_at(self, job: DelayedJob, exc: BaseException) -> datetime | None:
         if job.max_attempts is not None and job.attempts >= job.max_attempts:
@@ -714,17 +602,6 @@ class Consumer:
                 with contextlib.suppress(Exception):
                     pubsub.close()
 
-    def _probe_redis(self) -> None:
-        """In Redis-down mode, tell the main loop as soon as Redis answers again."""
-        if (
-            self._database_mode
-            and not self._redis_back.is_set()
-            and time.monotonic() >= self._next_probe
-        ):
-            self.store.ping()
-            self._redis_back.set()
-            self.wake()
-
     def _heartbeat(self) -> None:
         """Renew the leases of running jobs well before they expire."""
         while not self._drained.wait(self._heartbeat_interval()):
@@ -742,7 +619,7 @@ class Consumer:
                 continue
             by_lease: dict[timedelta, list[int]] = defaultdict(list)
             for job in running:
-                by_lease[_time_to_run(job)].append(job.pk)
+                by_lease[time_to_run_of(job)].append(job.pk)
             try:
                 transitions.renew_leases(by_lease, worker_id=self.worker_id)
             except DatabaseError as exc:
@@ -788,117 +665,6 @@ class Consumer:
         except (DatabaseError, RedisError) as exc:
             logger.error("Pre-loader pass failed: %s", exc)
 
-    # Redis-down mode ------------------------------------------------------------------
-
-    def _database_turn(self) -> float | None:
-        """Claim due jobs straight from the database; return how long to sleep."""
-        if self._redis_back.is_set() and self._leave_database_mode():
-            return 0.0
-        interval = settings.DATABASE_POLL_INTERVAL.total_seconds()
-        self._reap_expired_leases(interval)
-        open_types = self._open_types()
-        with self._cond:
-            free = self._slots.free()
-            open_queues = [
-                queue
-                for queue in self.queues
-                if self._slots.queue_room(queue) > 0 and queue not in self._paused.queues
-            ]
-        if free > 0 and open_queues and open_types:
-            jobs = transitions.claim_due(
-                queues=open_queues,
-                job_types=open_types,
-                limit=free,
-                choose=self._choose,
-                worker_id=self.worker_id,
-                now=self._claim_time(),
-                leases=self._leases,
-                default_lease=JobType.time_to_run,
-            )
-            self._start(jobs)
-            if jobs:
-                return 0.0
-        if free <= 0 or not open_queues or not open_types:
-            return interval  # a finishing job wakes us
-        # Only what could be claimed: a backlog of a type or queue without a free slot must
-        # not turn this into a poll every LOCKED_RETRY (a finishing job wakes us).
-        claimable = DelayedJob.objects.filter(queue__in=open_queues, job_type__in=open_types)
-        due = claimable.next_run_at()
-        if due is None or due > timezone.now():
-            if self.burst and self._idle():
-                return None
-            if due is None:
-                return interval
-            return min((due - timezone.now()).total_seconds(), interval)
-        # Due but not claimed: locked by a caller's transaction, or taken by a consumer
-        # polling at the same moment. Look again shortly.
-        return LOCKED_RETRY.total_seconds()
-
-    def _choose(self, candidates: list[Candidate]) -> list[Candidate]:
-        with self._cond:
-            fit, _over = self._slots.choose(candidates)
-        return fit
-
-    def _reap_expired_leases(self, interval: float) -> None:
-        """The pre-loader reaps under a Redis lock, so without Redis the consumers do it."""
-        now = time.monotonic()
-        if now < self._next_reap:
-            return
-        self._next_reap = now + interval
-        reaped = transitions.reap_expired_leases(timezone.now())
-        if reaped:
-            logger.warning(
-                "Consumer %s: returned %d job(s) whose lease expired to the schedule.",
-                self.worker_id,
-                len(reaped),
-            )
-
-    def _enter_database_mode(self, exc: BaseException) -> None:
-        self._database_mode = True
-        self._redis_back.clear()
-        self._backlog = False
-        logger.warning(
-            "Consumer %s: Redis unreachable (%s); claiming due jobs from the database every "
-            "%g s until it is back.",
-            self.worker_id,
-            exc,
-            settings.DATABASE_POLL_INTERVAL.total_seconds(),
-        )
-
-    def _leave_database_mode(self) -> bool:
-        """Go back to Redis once it is refilled; False (and stay) if that fails."""
-        self._redis_back.clear()
-        try:
-            refilled = self._refill_redis()
-        except RedisError as exc:
-            # It answers PING but not writes (read-only replica, out of memory ...).
-            self._next_probe = time.monotonic() + REDIS_RETURN_BACKOFF
-            if not self._return_failed:
-                logger.warning(
-                    "Consumer %s: Redis answers again but could not be refilled (%s); staying "
-                    "on the database, trying again every %g s.",
-                    self.worker_id,
-                    exc,
-                    REDIS_RETURN_BACKOFF,
-                )
-                self._return_failed = True
-            return False
-        self._database_mode = False
-        self._return_failed = False
-        self._redis_failures = 0
-        logger.warning(
-            "Consumer %s: Redis is back; claiming from Redis again (%s).", self.worker_id, refilled
-        )
-        return True
-
-    def _refill_redis(self) -> str:
-        """Redis may be back without its data: load the window before relying on it."""
-        if self.preload:
-            return f"pre-loader pass: {preloader.preload(store=self.store)}"
-        # --no-preload: leave reaping and plan() to the pre-loader run elsewhere.
-        loaded = preloader.load_window(self.store, timezone.now() + settings.PRELOAD_WINDOW)
-        return f"loaded {loaded} job(s) due within the window"
-
     # Error reporting ------------------------------------------------------------------
 
     def _failed(self, exc: BaseException) -> float:
@@ -934,49 +700,6 @@ class Consumer:
             self._database_down = False
 
 
-_FALLBACK_JOB_TYPE = JobType()
-
-
-def _time_to_run(job: DelayedJob) -> timedelta:
-    try:
-        return registry.get(job.job_type).time_to_run
-    except UnknownJobType:
-        return JobType.time_to_run
-
-
-def _describe(exc: BaseException) -> str:
-    """``Type: message`` of an exception, storable even if its ``__str__`` fails."""
-    try:
-        message = str(exc)
-    except Exception:
-        message = "<the exception's str() failed>"
-    return _storable(f"{type(exc).__name__}: {message}")
-
-
-def _storable(text: str) -> str:
-    # NUL cannot be stored in a PostgreSQL text column.
-    return text.replace("\x00", "\\x00")
-
-
 def _channel_name(message: dict[str, Any]) -> str:
     channel = message.get("channel", b"")
     return channel.decode() if isinstance(channel, bytes) else str(channel)
-
-
-def _signal_outcome_apart(outcome: Outcome) -> None:
-    """``_signal_outcome`` in a thread of its own, which closes what receivers opened."""
-    try:
-        _signal_outcome(outcome)
-    finally:
-        connections.close_all()
-
-
-def _signal_outcome(outcome: Outcome) -> None:
-    """job_succeeded, job_retrying or job_failed (final), as the attempt ended."""
-    job = outcome.job
-    if outcome.succeeded:
-        signals.send(signals.job_succeeded, job, duration=outcome.finished_at - outcome.started_at)
-    elif outcome.retry_at is not None:
-        signals.send(signals.job_retrying, job, error=outcome.error, retry_at=outcome.retry_at)
-    else:
-        signals.send(signals.job_failed, job, error=outcome.error, traceback=outcome.traceback)
