@@ -577,6 +577,22 @@ def test_reschedule_reads_the_time_in_the_current_time_zone(rescheduler, setting
     assert "to 2030-01-15T14:30:00+00:00" in entry.get_change_message()
 
 
+def test_reschedule_keeps_ids_intact_with_thousand_separators(rescheduler, settings):
+    """Ids are form values, not numbers to display: 1234 must not become "1,234"."""
+    settings.USE_THOUSAND_SEPARATOR = True
+    job = make_job(delay=timedelta(hours=1))
+    DelayedJob.objects.filter(pk=job.pk).update(id=1234)
+    job = DelayedJob.objects.get(pk=1234)
+
+    page = post_action(rescheduler, "reschedule_jobs", [job]).content.decode()
+    assert 'name="_selected_action" value="1234"' in page
+    response = post_action(
+        rescheduler, "reschedule_jobs", [job], post="yes", run_at="2030-01-15T14:30"
+    )
+    assert response.status_code == 200
+    assert DelayedJob.objects.get(pk=1234).run_at == FUTURE
+
+
 def test_reschedule_to_now_is_accepted(rescheduler):
     job = make_job(delay=timedelta(hours=1))
     # What a datetime-local input with minute precision sends for "now".

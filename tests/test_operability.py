@@ -122,6 +122,35 @@ def test_job_failed_is_sent_once_when_the_attempts_are_exhausted(received) -> No
 
 
 @pytest.mark.django_db(transaction=True)
+def test_a_timed_out_attempt_signals_once_and_its_late_return_signals_nothing(
+    received, tmp_path, caplog
+) -> None:
+    release = tmp_path / "release"
+    # tests.scripted times out after 2 s; attempt 1 holds until released, attempt 2 runs.
+    job = delayjobs.schedule("tests.scripted", {"hold_attempts": [1], "release_file": str(release)})
+    try:
+        wait_for(
+            lambda: run_burst() or DelayedJob.objects.get(pk=job.pk).status == "succeeded",
+            timeout=60,
+        )
+    finally:
+        release.touch()
+    # The stuck thread returns now; whatever it returns must send nothing.
+    wait_for(lambda: "returned after it had timed out" in caplog.text)
+
+    names = sorted(name for name, pk, _kwargs in received if pk == job.pk)
+    assert names == [
+        "job_retrying",  # the time-out of attempt 1, once
+        "job_scheduled",
+        "job_started",
+        "job_started",
+        "job_succeeded",  # attempt 2
+    ]
+    retrying = next(kwargs for name, _pk, kwargs in received if name == "job_retrying")
+    assert retrying["error"].startswith("JobTimeout")
+
+
+@pytest.mark.django_db(transaction=True)
 def test_a_failing_receiver_changes_nothing_about_the_job(received) -> None:
     def broken(**kwargs: Any) -> None:
         raise RuntimeError("alerting is down")
