@@ -49,6 +49,8 @@ STATUS_COLOURS = {
     JobStatus.SUCCEEDED: "#2e7d32",
     JobStatus.FAILED: "#c62828",
     JobStatus.CANCELLED: "#6c757d",
+    JobStatus.SKIPPED: "#5d6d7e",
+    JobStatus.EXPIRED: "#8d6e63",
 }
 PAUSED_COLOUR = "#6a1b9a"
 BADGE_STYLE = (
@@ -57,7 +59,13 @@ BADGE_STYLE = (
 )
 #: Statuses whose started_at belongs to the current run_at (a scheduled job's started_at
 #: is its previous attempt's, before a retry moved run_at).
-STARTED_STATUSES = (JobStatus.RUNNING, JobStatus.SUCCEEDED, JobStatus.FAILED)
+STARTED_STATUSES = (
+    JobStatus.RUNNING,
+    JobStatus.SUCCEEDED,
+    JobStatus.FAILED,
+    JobStatus.SKIPPED,
+    JobStatus.EXPIRED,
+)
 #: "#42" searches ids only; plain digits search ids, keys and payloads.
 ID_TERM = re.compile(r"#?(\d+)")
 #: Ids above this cannot exist (a 64-bit primary key); the lookup would overflow.
@@ -466,7 +474,7 @@ class DelayedJobAdmin(ReadOnlyMixin, admin.ModelAdmin):
             queryset,
             title=gettext("Retry"),
             statuses=RETRYABLE_STATUSES,
-            rule=gettext("only failed, cancelled or succeeded jobs can be retried"),
+            rule=gettext("only finished jobs (not scheduled or running) can be retried"),
             change=api.retry,
             log=lambda job, was: (
                 gettext("Retried with the admin action (was %(status)s).") % {"status": was}

@@ -32,11 +32,27 @@ KEY_MAX_LENGTH = DelayedJob._meta.get_field("key").max_length
 #: The largest value of a PositiveIntegerField on PostgreSQL (integer) and MySQL; SQLite
 #: would take more, but a row must be valid on every database.
 MAX_ATTEMPTS_LIMIT = 2**31 - 1
+#: Zero would expire every job (none starts at its exact microsecond); a year and more is
+#: no limit at all, and keeps the duration far inside every database's range.
+MIN_LATENESS = timedelta(milliseconds=1)
+MAX_LATENESS = timedelta(days=366)
 #: A NUL character as json.dumps writes it: \u0000 after an even run of backslashes (an
 #: odd run would make it a literal backslash followed by "u0000").
 ESCAPED_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 SPEC_FIELDS = frozenset(
-    {"job_type", "payload", "run_at", "delay", "key", "queue", "max_attempts", "replace", "obj"}
+    {
+        "job_type",
+        "payload",
+        "run_at",
+        "delay",
+        "key",
+        "queue",
+        "max_attempts",
+        "replace",
+        "obj",
+        "max_lateness",
+        "priority",
+    }
 )
 OBJECT_ID_MAX_LENGTH = DelayedJob._meta.get_field("object_id").max_length
 
@@ -52,6 +68,8 @@ class JobSpec:
     queue: str
     max_attempts: int | None
     replace: bool
+    max_lateness: timedelta | None = None
+    priority: int = 0
     #: The domain object the job is about (``obj=``): its content type and primary key.
     content_type_id: int | None = None
     object_id: str | None = None
@@ -64,6 +82,8 @@ class JobSpec:
             key=self.key,
             queue=self.queue,
             max_attempts=self.max_attempts,
+            max_lateness=self.max_lateness,
+            priority=self.priority,
             content_type_id=self.content_type_id,
             object_id=self.object_id,
         )
@@ -76,6 +96,8 @@ class JobSpec:
             "run_at": self.run_at,
             "queue": self.queue,
             "max_attempts": self.max_attempts,
+            "max_lateness": self.max_lateness,
+            "priority": self.priority,
             "attempts": 0,
             "last_error": "",
             # Without obj=, the job keeps the object it was linked to.
@@ -98,13 +120,18 @@ def schedule(
     max_attempts: int | None = None,
     replace: bool = False,
     obj: models.Model | None = None,
+    max_lateness: timedelta | None = None,
+    priority: int = 0,
 ) -> DelayedJob:
     """Schedule one job at ``run_at``, after ``delay``, or now; return its row.
 
     With ``key``, at most one scheduled or running job holds it: another one raises
     ``DuplicateJob``, unless ``replace=True``, which moves the scheduled job holding the
     key to the new time and payload instead. ``obj`` (a saved model instance) links the
-    job to the object it is about, for that object's admin page.
+    job to the object it is about, for that object's admin page. ``max_lateness``: a job
+    that could only start later than this after ``run_at`` ends ``expired`` instead of
+    running (default: its job type's). ``priority`` (-100 to 100): among jobs due
+    together, higher starts first.
     """
     spec = build_spec(
         job_type,
@@ -116,6 +143,8 @@ def schedule(
         max_attempts=max_attempts,
         replace=replace,
         obj=obj,
+        max_lateness=max_lateness,
+        priority=priority,
     )
     using = jobs_database()
     if spec.key is None:
@@ -234,6 +263,8 @@ def build_spec(
     max_attempts: Any = None,
     replace: Any = False,
     obj: Any = None,
+    max_lateness: Any = None,
+    priority: Any = 0,
     now: datetime | None = None,
 ) -> JobSpec:
     """Check and normalise ``schedule`` arguments; raise ``InvalidJob`` with the reason.
@@ -256,6 +287,8 @@ def build_spec(
             jobtype.max_attempts if max_attempts is None else max_attempts
         ),
         replace=replace,
+        max_lateness=_check_max_lateness(max_lateness),
+        priority=_check_priority(priority),
         content_type_id=content_type_id,
         object_id=object_id,
     )
@@ -283,26 +316,32 @@ def normalize_payload(payload: Any) -> Any:
     """The payload as it will be stored and read back: a JSON round trip, within the limit."""
     if payload is None:
         return {}
+    return storable_json(payload, "The payload")
+
+
+def storable_json(value: Any, what: str) -> Any:
+    """``value`` after a JSON round trip, as a JSON column stores it; ``InvalidJob`` if it
+    cannot be stored or is over ``MAX_PAYLOAD_BYTES``. ``what`` names it in the message."""
     try:
         # ensure_ascii=False: the text is then what the size limit measures (its UTF-8
         # bytes), and a lone surrogate stays one, to be refused when it fails to encode.
-        text = json.dumps(payload, allow_nan=False, ensure_ascii=False)
+        text = json.dumps(value, allow_nan=False, ensure_ascii=False)
     except (TypeError, ValueError) as exc:
         raise InvalidJob(
-            f"The payload must be JSON-serializable (dicts, lists, strings, finite numbers, "
+            f"{what} must be JSON-serializable (dicts, lists, strings, finite numbers, "
             f"booleans, None): {exc}. Store ids and ISO strings, not objects."
         ) from None
     except RecursionError:
-        raise InvalidJob("The payload is nested too deeply to be stored as JSON.") from None
+        raise InvalidJob(f"{what} is nested too deeply to be stored as JSON.") from None
     if ESCAPED_NUL.search(text):
         # PostgreSQL's jsonb cannot hold it: refuse it everywhere, not only there.
-        raise InvalidJob("The payload must not contain NUL characters (\\u0000).")
-    size = len(text) if text.isascii() else _utf8_length(text, "The payload")
+        raise InvalidJob(f"{what} must not contain NUL characters (\\u0000).")
+    size = len(text) if text.isascii() else _utf8_length(text, what)
     limit = _payload_limit()
     if limit is not None and size > limit:
         raise InvalidJob(
-            f"The payload is {size} bytes of JSON, over the limit of {limit} bytes "
-            f"(DELAYJOBS['MAX_PAYLOAD_BYTES']). Store ids in the payload, not documents."
+            f"{what} is {size} bytes of JSON, over the limit of {limit} bytes "
+            f"(DELAYJOBS['MAX_PAYLOAD_BYTES']). Store ids, not documents."
         )
     return json.loads(text)
 
@@ -396,6 +435,23 @@ def _check_max_attempts(value: Any) -> int | None:
             f"max_attempts must be an int from 1 to {MAX_ATTEMPTS_LIMIT}, or None to retry "
             f"forever; got {value!r}."
         )
+    return value
+
+
+def _check_max_lateness(value: Any) -> timedelta | None:
+    if value is None:
+        return None
+    if not isinstance(value, timedelta) or not MIN_LATENESS <= value <= MAX_LATENESS:
+        raise InvalidJob(
+            f"max_lateness must be a timedelta from {MIN_LATENESS} to {MAX_LATENESS.days} "
+            f"days, or None for the job type's; got {value!r}."
+        )
+    return value
+
+
+def _check_priority(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not -100 <= value <= 100:
+        raise InvalidJob(f"priority must be an int from -100 to 100, got {value!r}.")
     return value
 
 

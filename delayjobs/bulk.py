@@ -61,7 +61,9 @@ def _copy_into_postgresql(jobs: Sequence[DelayedJob], using: str) -> None:
             for pk, job in zip(ids, jobs, strict=True):
                 row = [pk, *values_of(job)]
                 for position in json_positions:
-                    row[position] = json.dumps(row[position])
+                    # None is SQL NULL (a job's result before it ran), as the ORM stores it.
+                    value = row[position]
+                    row[position] = None if value is None else json.dumps(value)
                 copy.write_row(row)
     for pk, job in zip(ids, jobs, strict=True):
         job.pk = pk

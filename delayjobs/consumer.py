@@ -28,7 +28,6 @@ import signal
 import socket
 import threading
 import time
-import traceback
 import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterable
@@ -36,22 +35,20 @@ from datetime import datetime, timedelta
 from types import FrameType
 from typing import Any
 
-from django.db import DatabaseError, close_old_connections, connections
+from django.db import DatabaseError, connections
 from django.utils import timezone
 from redis import RedisError
 
-from delayjobs import pauses, preloader, presence, signals, transitions
+from delayjobs import pauses, preloader, presence, transitions
 from delayjobs.conf import settings
 from delayjobs.consumer_database_mode import DatabaseMode
 from delayjobs.consumer_timeouts import EXIT_STUCK, TimeOuts
 from delayjobs.db import drop_broken_connections
-from delayjobs.exceptions import UnknownJobType
 from delayjobs.execution import (
     LOCKED_RETRY,
     Running,
-    describe,
+    run_claimed,
     signal_outcome,
-    storable,
     time_to_run_of,
 )
 from delayjobs.handoff import index_due_soon
@@ -68,7 +65,6 @@ from delayjobs.redis_store import (
     split_lane,
 )
 from delayjobs.slots import Slots
-from delayjobs.transitions import Outcome
 from delayjobs.workers import WorkerThreads
 
 __all__ = ["EXIT_STUCK", "Consumer", "default_worker_id"]
@@ -80,8 +76,6 @@ ERROR_BACKOFF = 1.0
 #: In a backlog, how long a free slot may wait for others to free up, so that one claim
 #: fills many slots instead of one claim (a Redis and a database round trip) per slot.
 REFILL_WAIT = 0.002
-#: Whose retry policy applies to a job of a type this process does not know.
-_FALLBACK_JOB_TYPE = JobType()
 
 
 def default_worker_id() -> str:
@@ -350,6 +344,9 @@ class Consumer(DatabaseMode, TimeOuts):
     def _start(self, jobs: list[DelayedJob]) -> None:
         if not jobs:
             return
+        # Jobs claimed together are all due: the higher priority starts first. (The
+        # Redis index orders by due time only, so priority orders each claimed batch.)
+        jobs.sort(key=lambda job: -job.priority)
         now = time.monotonic()
         started = [Running(job, now + time_to_run_of(job).total_seconds()) for job in jobs]
         with self._cond:
@@ -439,7 +436,7 @@ class Consumer(DatabaseMode, TimeOuts):
                 timed_out = running.timed_out
             if timed_out:  # before it even started: its time-out is recorded, do not run it
                 return
-            outcome = self._run_job(job)
+            outcome = run_claimed(job, self.worker_id)
             with self._cond:
                 running.finished = True
                 timed_out = running.timed_out
@@ -475,103 +472,6 @@ class Consumer(DatabaseMode, TimeOuts):
             self.processed += 1
             self._wake_seq += 1
             self._cond.notify_all()
-
-    def _run_job(self, job: DelayedJob) -> Outcome:
-        error = tb = ""
-        retry_at = None
-        # The job's own queries get request semantics: CONN_MAX_AGE applies around each job.
-        close_old_connections()
-        started = timezone.now()
-        signals.send(signals.job_started, job)
-        try:
-            jobtype = registry.get(job.job_type)
-            jobtype.execute(job)
-        except BaseException as exc:  # a job's SystemExit must not end the consumer
-            error = describe(exc)
-            tb = storable(traceback.format_exc())
-            retry_at = self._retry_at(job, exc)
-        finished = timezone.now()
-        self._log_outcome(job, started, finished, error, retry_at)
-        close_old_connections()
-        return Outcome(
-            job=job,
-            worker_id=self.worker_id,
-            started_at=started,
-            finished_at=finished,
-            error=error,
-            traceback=tb,
-            retry_at=retry_at,
-        )
-
-    def _retry_at(self, job: DelayedJob, exc: BaseException) -> datetime | None:
-        if job.max_attempts is not None and job.attempts >= job.max_attempts:
-            return None
-        try:
-            jobtype = registry.get(job.job_type)
-        except UnknownJobType:
-            jobtype = _FALLBACK_JOB_TYPE
-        try:
-            delay = jobtype.retry_delay(job, exc)
-        except BaseException:  # user code, in a worker thread: nothing may escape
-            logger.exception("%s.retry_delay() failed; using the default backoff", jobtype.name)
-            delay = JobType.retry_delay(jobtype, job, exc)
-        if delay is None:
-            return None
-        if not isinstance(delay, timedelta):
-            logger.error(
-                "%s.retry_delay() returned %r, not a timedelta or None; not retrying job %s.",
-                jobtype.name,
-                delay,
-                job.pk,
-            )
-            return None
-        return timezone.now() + max(delay, timedelta(0))
-
-    def _log_outcome(
-        self,
-        job: DelayedJob,
-        started: datetime,
-        finished: datetime,
-        error: str,
-        retry_at: datetime | None,
-    ) -> None:
-        lateness_ms = (started - job.run_at).total_seconds() * 1000
-        took_ms = (finished - started).total_seconds() * 1000
-        if not error:
-            if logger.isEnabledFor(logging.INFO):
-                logger.info(
-                    "Job %s %s attempt %d succeeded in %.1f ms, started %.1f ms after run_at "
-                    "[trace %s]",
-                    job.pk,
-                    job.job_type,
-                    job.attempts,
-                    took_ms,
-                    lateness_ms,
-                    job.trace_id,
-                )
-        elif retry_at is not None:
-            logger.warning(
-                "Job %s %s attempt %d failed (%s), started %.1f ms after run_at; retrying at "
-                "%s [trace %s]",
-                job.pk,
-                job.job_type,
-                job.attempts,
-                error,
-                lateness_ms,
-                retry_at.isoformat(),
-                job.trace_id,
-            )
-        else:
-            logger.error(
-                "Job %s %s attempt %d failed (%s), started %.1f ms after run_at; no retries "
-                "left, marked failed [trace %s]",
-                job.pk,
-                job.job_type,
-                job.attempts,
-                error,
-                lateness_ms,
-                job.trace_id,
-            )
 
     # Helper threads -------------------------------------------------------------------
 

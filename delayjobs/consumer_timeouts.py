@@ -20,7 +20,14 @@ from types import FrameType
 from django.utils import timezone
 
 from delayjobs.exceptions import JobTimeout
-from delayjobs.execution import Running, describe, signal_outcome_apart, storable, time_to_run_of
+from delayjobs.execution import (
+    Running,
+    describe,
+    retry_at_after,
+    signal_outcome_apart,
+    storable,
+    time_to_run_of,
+)
 from delayjobs.transitions import Outcome
 
 logger = logging.getLogger("delayjobs.consumer")
@@ -106,7 +113,7 @@ class TimeOuts:
             stack = "(the job had not started in its thread yet)\n"
         else:
             stack = "".join(traceback.format_stack(frame))
-        retry_at = self._retry_at(job, exc)
+        retry_at = retry_at_after(job, exc)
         outcome = Outcome(
             job=job,
             worker_id=self.worker_id,

@@ -2,16 +2,28 @@
 
 from __future__ import annotations
 
+import logging
+import traceback
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import Any
 
-from django.db import connections
+from django.db import close_old_connections, connections
+from django.utils import timezone
 
 from delayjobs import signals
-from delayjobs.exceptions import UnknownJobType
+from delayjobs.api import storable_json
+from delayjobs.exceptions import InvalidJob, UnknownJobType
 from delayjobs.jobtypes import JobType, registry
 from delayjobs.models import DelayedJob
 from delayjobs.transitions import Outcome
+
+# The consumer's logger: these lines are what an operator follows a consumer by, whether
+# the job ran in its thread pool or in a Celery worker.
+logger = logging.getLogger("delayjobs.consumer")
+
+#: Whose retry policy applies to a job of a type this process does not know.
+_FALLBACK_JOB_TYPE = JobType()
 
 #: A due job whose row was locked by a caller's open transaction is tried again after this;
 #: so is a due job whose job type had no free slot.
@@ -59,11 +71,169 @@ def signal_outcome_apart(outcome: Outcome) -> None:
 
 
 def signal_outcome(outcome: Outcome) -> None:
-    """job_succeeded, job_retrying or job_failed (final), as the attempt ended."""
+    """The signal that says how the attempt ended."""
     job = outcome.job
-    if outcome.succeeded:
+    if outcome.expired:
+        signals.send(signals.job_expired, job, lateness=outcome.started_at - job.run_at)
+    elif outcome.skipped:
+        signals.send(signals.job_skipped, job)
+    elif outcome.succeeded:
         signals.send(signals.job_succeeded, job, duration=outcome.finished_at - outcome.started_at)
     elif outcome.retry_at is not None:
         signals.send(signals.job_retrying, job, error=outcome.error, retry_at=outcome.retry_at)
     else:
         signals.send(signals.job_failed, job, error=outcome.error, traceback=outcome.traceback)
+
+
+def run_claimed(job: DelayedJob, worker_id: str) -> Outcome:
+    """Execute one claimed job in this thread and say how it ended; never raises.
+
+    The order of the checks is the order of the questions: too late to matter
+    (``expired``), no longer wanted (``skipped``), then the work itself. The caller
+    records the outcome; this only decides it.
+    """
+    error = tb = ""
+    retry_at = None
+    result: Any = None
+    skipped = expired = False
+    # The job's own queries get request semantics: CONN_MAX_AGE applies around each job.
+    close_old_connections()
+    started = timezone.now()
+    try:
+        jobtype = registry.get(job.job_type)
+        if _too_late(job, jobtype, started):
+            expired = True
+        elif not jobtype.should_run(job):
+            skipped = True
+        else:
+            signals.send(signals.job_started, job)
+            result = _storable_result(jobtype.execute(job))
+    except BaseException as exc:  # a job's SystemExit must not end the consumer
+        error = describe(exc)
+        tb = storable(traceback.format_exc())
+        retry_at = retry_at_after(job, exc)
+    finished = timezone.now()
+    log_outcome(job, started, finished, error, retry_at, skipped=skipped, expired=expired)
+    close_old_connections()
+    return Outcome(
+        job=job,
+        worker_id=worker_id,
+        started_at=started,
+        finished_at=finished,
+        error=error,
+        traceback=tb,
+        retry_at=retry_at,
+        result=result,
+        skipped=skipped,
+        expired=expired,
+    )
+
+
+def max_lateness_of(job: DelayedJob, jobtype: JobType) -> timedelta | None:
+    return job.max_lateness if job.max_lateness is not None else jobtype.max_lateness
+
+
+def _too_late(job: DelayedJob, jobtype: JobType, now: datetime) -> bool:
+    limit = max_lateness_of(job, jobtype)
+    return limit is not None and now - job.run_at > limit
+
+
+def _storable_result(value: Any) -> Any:
+    if value is None:
+        return None
+    try:
+        return storable_json(value, "The value execute() returned")
+    except InvalidJob as exc:
+        # Failing the attempt, rather than dropping the value, tells the author at once.
+        raise TypeError(str(exc)) from None
+
+
+def retry_at_after(job: DelayedJob, exc: BaseException) -> datetime | None:
+    """When to run a job again after ``exc``, by its type's policy; None: mark it failed."""
+    if job.max_attempts is not None and job.attempts >= job.max_attempts:
+        return None
+    try:
+        jobtype = registry.get(job.job_type)
+    except UnknownJobType:
+        jobtype = _FALLBACK_JOB_TYPE
+    try:
+        delay = jobtype.retry_delay(job, exc)
+    except BaseException:  # user code, in a worker thread: nothing may escape
+        logger.exception("%s.retry_delay() failed; using the default backoff", jobtype.name)
+        delay = JobType.retry_delay(jobtype, job, exc)
+    if delay is None:
+        return None
+    if not isinstance(delay, timedelta):
+        logger.error(
+            "%s.retry_delay() returned %r, not a timedelta or None; not retrying job %s.",
+            jobtype.name,
+            delay,
+            job.pk,
+        )
+        return None
+    return timezone.now() + max(delay, timedelta(0))
+
+
+def log_outcome(
+    job: DelayedJob,
+    started: datetime,
+    finished: datetime,
+    error: str,
+    retry_at: datetime | None,
+    *,
+    skipped: bool = False,
+    expired: bool = False,
+) -> None:
+    lateness_ms = (started - job.run_at).total_seconds() * 1000
+    took_ms = (finished - started).total_seconds() * 1000
+    if expired:
+        logger.warning(
+            "Job %s %s expired: it could start only %.1f ms after run_at, past its "
+            "max_lateness; not run [trace %s]",
+            job.pk,
+            job.job_type,
+            lateness_ms,
+            job.trace_id,
+        )
+    elif skipped:
+        logger.info(
+            "Job %s %s skipped: should_run() said no [trace %s]",
+            job.pk,
+            job.job_type,
+            job.trace_id,
+        )
+    elif not error:
+        if logger.isEnabledFor(logging.INFO):
+            logger.info(
+                "Job %s %s attempt %d succeeded in %.1f ms, started %.1f ms after run_at "
+                "[trace %s]",
+                job.pk,
+                job.job_type,
+                job.attempts,
+                took_ms,
+                lateness_ms,
+                job.trace_id,
+            )
+    elif retry_at is not None:
+        logger.warning(
+            "Job %s %s attempt %d failed (%s), started %.1f ms after run_at; retrying at "
+            "%s [trace %s]",
+            job.pk,
+            job.job_type,
+            job.attempts,
+            error,
+            lateness_ms,
+            retry_at.isoformat(),
+            job.trace_id,
+        )
+    else:
+        logger.error(
+            "Job %s %s attempt %d failed (%s), started %.1f ms after run_at; no retries "
+            "left, marked failed [trace %s]",
+            job.pk,
+            job.job_type,
+            job.attempts,
+            error,
+            lateness_ms,
+            job.trace_id,
+        )

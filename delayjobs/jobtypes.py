@@ -44,14 +44,29 @@ class JobType:
     #: The most jobs of this type one consumer process runs at once; ``None``: no limit
     #: but the consumer's own. A flood of a slow type then leaves slots for the others.
     concurrency: ClassVar[int | None] = None
+    #: A job that could only start later than this after its ``run_at`` ends ``expired``
+    #: instead of running (an SMS an hour late is worse than none). ``None``: no limit.
+    #: ``schedule(max_lateness=...)`` overrides it for one job.
+    max_lateness: ClassVar[timedelta | None] = None
     #: Backoff of the default ``retry_delay``: ``base * 2 ** (attempt - 1)``, capped,
     #: with full jitter.
     retry_backoff_base: ClassVar[timedelta] = timedelta(seconds=2)
     retry_backoff_cap: ClassVar[timedelta] = timedelta(hours=1)
 
-    def execute(self, job: DelayedJob) -> None:
-        """Do the work. Raise to fail this attempt. ``job.attempts`` is this attempt's number."""
+    def execute(self, job: DelayedJob) -> Any:
+        """Do the work. Raise to fail this attempt. ``job.attempts`` is this attempt's number.
+
+        A value returned is stored in ``job.result``; it must be JSON-serialisable.
+        """
         raise NotImplementedError(f"{type(self).__name__} must implement execute(job)")
+
+    def should_run(self, job: DelayedJob) -> bool:
+        """Checked just before each execution; ``False`` ends the job ``skipped``.
+
+        For a job the world has overtaken: the order was paid, the meeting cancelled.
+        An exception here fails the attempt like one in ``execute``.
+        """
+        return True
 
     def retry_delay(self, job: DelayedJob, exc: BaseException) -> timedelta | None:
         """How long to wait before the next attempt after ``exc``; ``None`` means do not retry."""
@@ -166,6 +181,13 @@ def validate_job_type_class(cls: object) -> None:
             raise ImproperlyConfigured(
                 f"{label}.{attr} must be a positive timedelta; got {value!r}."
             )
+    if cls.max_lateness is not None and (
+        not isinstance(cls.max_lateness, timedelta) or cls.max_lateness <= timedelta(0)
+    ):
+        raise ImproperlyConfigured(
+            f"{label}.max_lateness must be a positive timedelta or None (no limit); "
+            f"got {cls.max_lateness!r}."
+        )
 
 
 def _check_optional_positive_int(cls: type[JobType], attr: str, none_means: str) -> None:

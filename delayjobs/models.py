@@ -10,6 +10,7 @@ import os
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings
 from django.contrib.contenttypes.fields import GenericForeignKey
 from django.contrib.contenttypes.models import ContentType
 from django.db import models, router
@@ -24,12 +25,24 @@ class JobStatus(models.TextChoices):
     SUCCEEDED = "succeeded", _("succeeded")
     FAILED = "failed", _("failed")
     CANCELLED = "cancelled", _("cancelled")
+    #: ``JobType.should_run(job)`` said no just before execution (an order already paid).
+    SKIPPED = "skipped", _("skipped")
+    #: It could only have started later than its ``max_lateness`` allows, so it did not run.
+    EXPIRED = "expired", _("expired")
 
 
+#: Statuses a job never leaves by itself (``retry()`` aside).
+FINAL_STATUSES = (
+    JobStatus.SUCCEEDED,
+    JobStatus.FAILED,
+    JobStatus.CANCELLED,
+    JobStatus.SKIPPED,
+    JobStatus.EXPIRED,
+)
 #: A job in one of these holds its key: at most one such job per key.
 ACTIVE_STATUSES = (JobStatus.SCHEDULED, JobStatus.RUNNING)
 #: Statuses from which ``retry()`` runs a job again.
-RETRYABLE_STATUSES = (JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.SUCCEEDED)
+RETRYABLE_STATUSES = FINAL_STATUSES
 
 
 def new_trace_id() -> str:
@@ -91,6 +104,23 @@ class DelayedJob(models.Model):
     max_attempts = models.PositiveIntegerField(
         _("max attempts"), null=True, blank=True, help_text=_("Empty means retry forever.")
     )
+    max_lateness = models.DurationField(
+        _("max lateness"),
+        null=True,
+        blank=True,
+        help_text=_(
+            "A job that could only start later than this after its run at ends expired "
+            "instead of running. Empty: the job type's, or no limit."
+        ),
+    )
+    priority = models.SmallIntegerField(
+        _("priority"),
+        default=0,
+        help_text=_("Among jobs due together, higher runs first (-100 to 100)."),
+    )
+    result = models.JSONField(
+        _("result"), null=True, blank=True, help_text=_("What the job's execute() returned.")
+    )
     # NULL rather than "" for "no key": keyless jobs then never meet in the unique
     # constraint below, on every database.
     key = models.CharField(  # noqa: DJ001
@@ -146,6 +176,10 @@ class DelayedJob(models.Model):
             models.CheckConstraint(
                 condition=Q(max_attempts__isnull=True) | Q(max_attempts__gte=1),
                 name="delayjobs_max_attempts_positive",
+            ),
+            models.CheckConstraint(
+                condition=Q(priority__gte=-100, priority__lte=100),
+                name="delayjobs_priority_range",
             ),
         ]
         indexes = [
@@ -218,6 +252,8 @@ class AttemptOutcome(models.TextChoices):
     FAILED = "failed", _("failed")
     LEASE_EXPIRED = "lease_expired", _("lease expired")
     TIMED_OUT = "timed_out", _("timed out")
+    SKIPPED = "skipped", _("skipped")
+    EXPIRED = "expired", _("expired")
 
 
 class JobAttempt(models.Model):
@@ -315,3 +351,34 @@ class Consumer(models.Model):
 
     def __str__(self) -> str:
         return self.worker_id
+
+
+class ApiKey(models.Model):
+    """A key another service sends to the HTTP API (``delayjobs.http``) as its user.
+
+    Only a SHA-256 digest of the secret is stored; the key itself is shown once, when
+    it is created. Requests made with it have exactly the permissions of ``user``.
+    """
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        related_name="+",
+        verbose_name=_("user"),
+    )
+    name = models.CharField(_("name"), max_length=100, help_text=_("Who uses it, for what."))
+    prefix = models.CharField(
+        _("prefix"), max_length=16, unique=True, help_text=_("Public part that finds the key.")
+    )
+    digest = models.CharField(_("digest"), max_length=64)
+    is_active = models.BooleanField(_("active"), default=True)
+    created_at = models.DateTimeField(_("created at"), default=timezone.now)
+    last_used_at = models.DateTimeField(_("last used at"), null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("API key")
+        verbose_name_plural = _("API keys")
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"

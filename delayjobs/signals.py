@@ -12,6 +12,9 @@ execution ``job.attempts`` is the attempt's number). Receivers are called with
   ``retry_at``.
 - ``job_failed``: the job failed for good (attempts exhausted or no retry wanted); also
   ``error`` and ``traceback`` (text). Hook alerting here.
+- ``job_skipped``: ``JobType.should_run(job)`` said no; the job ended ``skipped``.
+- ``job_expired``: the job could only have started past its ``max_lateness``; it ended
+  ``expired`` without running. Also ``lateness`` (a timedelta).
 
 The consumer sends the outcome signals when the attempt ends, just before the outcome
 is written (in batches, moments later).
@@ -33,6 +36,8 @@ job_started = Signal()
 job_succeeded = Signal()
 job_retrying = Signal()
 job_failed = Signal()
+job_skipped = Signal()
+job_expired = Signal()
 
 
 def send(signal: Signal, job: Any, **kwargs: Any) -> None:

@@ -202,7 +202,8 @@ def claim_due(
 ) -> list[DelayedJob]:
     """Claim due jobs straight from the database, without Redis (Redis-down mode).
 
-    Reads up to ``limit`` due rows of ``queues`` and ``job_types`` in due order, lets
+    Reads up to ``limit`` due rows of ``queues`` and ``job_types`` by priority, then in
+    due order, lets
     ``choose`` keep those that fit the consumer's slots, and claims them, in one
     transaction. On PostgreSQL the rows read are locked with SKIP LOCKED, so consumers
     polling together each get different rows instead of racing for the same ones; the
@@ -218,7 +219,7 @@ def claim_due(
         run_at__lte=now,
         queue__in=queues,
         job_type__in=job_types,
-    ).order_by("run_at", "id")
+    ).order_by("-priority", "run_at", "id")  # all are due: the most urgent kind first
     if not connections[database].features.has_select_for_update_skip_locked:
         # No row locks to take (SQLite locks the database): read, then claim conditionally.
         # Not in one transaction, whose write after a read would fail to upgrade its lock
@@ -295,17 +296,32 @@ class Outcome:
     retry_at: datetime | None = None
     #: The execution ran past its time_to_run; it may still be running, unheeded.
     timed_out: bool = False
+    #: What ``execute`` returned (already checked to be storable JSON), for ``job.result``.
+    result: Any = None
+    #: ``should_run`` said no: the job ends ``skipped``, not executed.
+    skipped: bool = False
+    #: It could only start past its ``max_lateness``: the job ends ``expired``, not run.
+    expired: bool = False
 
     @property
     def succeeded(self) -> bool:
         return not self.error and not self.traceback
 
     @property
+    def final_status(self) -> JobStatus:
+        """The job's status once this outcome is written, for a clean end."""
+        if self.expired:
+            return JobStatus.EXPIRED
+        if self.skipped:
+            return JobStatus.SKIPPED
+        return JobStatus.SUCCEEDED
+
+    @property
     def attempt_outcome(self) -> AttemptOutcome:
         if self.timed_out:
             return AttemptOutcome.TIMED_OUT
         if self.succeeded:
-            return AttemptOutcome.SUCCEEDED
+            return AttemptOutcome(self.final_status.value)
         return AttemptOutcome.RETRYING if self.retry_at else AttemptOutcome.FAILED
 
 
@@ -319,20 +335,28 @@ def record_outcomes(outcomes: Sequence[Outcome]) -> list[IndexEntry]:
         return retries
     recorded_at = timezone.now()
     with transaction.atomic(using=jobs_database()):
-        # Successes are the common case: one UPDATE per claim they came from.
-        successes: dict[tuple[str, int, datetime | None], list[int]] = {}
+        # Clean ends without a result are the common case: one UPDATE per claim they came
+        # from and status they end in.
+        ends: dict[tuple[str, int, datetime | None, JobStatus], list[int]] = {}
         for outcome in outcomes:
-            if outcome.succeeded:
-                claim_of = (outcome.worker_id, outcome.job.attempts, outcome.job.started_at)
-                successes.setdefault(claim_of, []).append(outcome.job.pk)
+            job = outcome.job
+            if outcome.succeeded and outcome.result is None:
+                end = (outcome.worker_id, job.attempts, job.started_at, outcome.final_status)
+                ends.setdefault(end, []).append(job.pk)
+            elif outcome.succeeded:
+                _running([job.pk], job.attempts, outcome.worker_id, job.started_at).update(
+                    status=JobStatus.SUCCEEDED,
+                    finished_at=recorded_at,
+                    lease_expires_at=None,
+                    result=outcome.result,
+                )
             elif _record_failure(outcome) and outcome.retry_at is not None:
-                job = outcome.job
                 retries.append(
                     index_entry(job.pk, job.queue, job.job_type, outcome.retry_at.timestamp())
                 )
-        for (worker_id, attempt, claimed_at), ids in successes.items():
+        for (worker_id, attempt, claimed_at, status), ids in ends.items():
             _running(ids, attempt, worker_id, claimed_at).update(
-                status=JobStatus.SUCCEEDED, finished_at=recorded_at, lease_expires_at=None
+                status=status, finished_at=recorded_at, lease_expires_at=None
             )
         # The attempt happened whether or not the fence held, so it is always recorded.
         JobAttempt.objects.bulk_create(_attempt_row(outcome) for outcome in outcomes)
@@ -491,6 +515,7 @@ def retry(job: DelayedJob) -> DelayedJob:
         "finished_at": None,
         "lease_expires_at": None,
         "worker_id": "",
+        "result": None,
     }
     try:
         with transaction.atomic(using=jobs_database()):
@@ -502,8 +527,8 @@ def retry(job: DelayedJob) -> DelayedJob:
     if not changed:
         job.refresh_from_db(fields=["status"])
         raise InvalidTransition(
-            f"Job {job.pk} is {job.status}; only failed, cancelled or succeeded jobs can be "
-            f"retried."
+            f"Job {job.pk} is {job.status}; only a finished job (failed, cancelled, succeeded, "
+            f"skipped or expired) can be retried."
         )
     for name, value in changes.items():
         setattr(job, name, value)

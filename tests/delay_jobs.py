@@ -6,6 +6,8 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
+from django.utils import timezone
+
 import delayjobs
 from delayjobs.models import DelayedJob
 from tests.models import Execution
@@ -114,6 +116,38 @@ class Raises(delayjobs.JobType):
     def execute(self, job: DelayedJob) -> None:
         Execution.objects.create(job_id=job.pk, attempt=job.attempts, worker_id=job.worker_id)
         raise RAISES[job.payload["raise"]]()
+
+
+@delayjobs.register
+class Conditional(delayjobs.JobType):
+    """Runs only while its payload lets it: ``should_run`` returns ``payload["run"]``
+    (default True) or raises if ``payload["should_run_raises"]``; ``execute`` records its
+    execution and returns ``payload["returns"]``, or an unstorable object if
+    ``payload["unstorable"]``."""
+
+    name = "tests.conditional"
+    max_attempts = 2
+    retry_backoff_base = timedelta(milliseconds=50)
+    retry_backoff_cap = timedelta(milliseconds=100)
+
+    def should_run(self, job: DelayedJob) -> bool:
+        if job.payload.get("should_run_raises"):
+            raise RuntimeError("should_run exploded")
+        return bool(job.payload.get("run", True))
+
+    def execute(self, job: DelayedJob) -> object:
+        Execution.objects.create(job_id=job.pk, attempt=job.attempts, worker_id=job.worker_id)
+        if job.payload.get("unstorable"):
+            return {"when": timezone.now()}  # a datetime: not JSON
+        return job.payload.get("returns")
+
+
+@delayjobs.register
+class Expiring(Conditional):
+    """``tests.conditional`` that is pointless a minute late (a job type's max_lateness)."""
+
+    name = "tests.expiring"
+    max_lateness = timedelta(minutes=1)
 
 
 # The fault suite's job type (tests/faults/jobs.py), found by the same autodiscovery.

@@ -661,7 +661,11 @@ def test_retry_refuses_what_it_cannot_retry(world: World, redis_client, data):
         *BAD_JOB,
         (st.just(None), InvalidJob, "Give either a job"),
         (missing_ids(world), JobNotFound, "does not exist"),
-        (st.sampled_from([world.scheduled, world.running]), InvalidTransition, "only failed"),
+        (
+            st.sampled_from([world.scheduled, world.running]),
+            InvalidTransition,
+            "only a finished job",
+        ),
         (st.just(world.key_taken), DuplicateJob, "held:scheduled"),
     ]
     strategy, error, says = data.draw(st.sampled_from(cases))

@@ -36,9 +36,18 @@ def test_status_reports_the_figures_for_people(pinned):  # noqa: F811
 
     lines = run("delayjobs_status").splitlines()
 
-    assert "Jobs: 11 scheduled · 3 running · 2 succeeded · 1 failed · 1 cancelled" in lines
-    assert "  job type        scheduled  running  succeeded  failed  cancelled" in lines
-    assert "  tests.noop              1        0          1       0          0" in lines
+    assert (
+        "Jobs: 11 scheduled · 3 running · 2 succeeded · 1 failed · 1 cancelled · 0 skipped"
+        " · 0 expired" in lines
+    )
+    assert (
+        "  job type        scheduled  running  succeeded  failed  cancelled  skipped  expired"
+        in lines
+    )
+    assert (
+        "  tests.noop              1        0          1       0          0        0        0"
+        in lines
+    )
     assert any(line.startswith("Paused: queue paused-q (since ") for line in lines)
     overdue = known.overdue
     assert (
@@ -81,7 +90,10 @@ def test_status_json_has_the_same_figures(pinned):  # noqa: F811
 
 def test_status_of_an_empty_database():
     lines = run("delayjobs_status").splitlines()
-    assert "Jobs: 0 scheduled · 0 running · 0 succeeded · 0 failed · 0 cancelled" in lines
+    assert (
+        "Jobs: 0 scheduled · 0 running · 0 succeeded · 0 failed · 0 cancelled · 0 skipped"
+        " · 0 expired" in lines
+    )
     assert "Oldest overdue job: none" in lines
     assert "Paused: nothing" in lines
     assert "Due in the next hour: 0 jobs" in lines
@@ -130,7 +142,7 @@ def test_prune_deletes_only_old_finished_jobs_and_their_attempts():
     assert not JobAttempt.objects.filter(job_id__in=old).exists()
     assert JobAttempt.objects.count() == 3
     assert out.startswith("Deleted 3 jobs and their 5 attempts, finished before ")
-    assert out.rstrip().endswith("(cancelled, failed, succeeded), in 1 batches.")
+    assert out.rstrip().endswith("(cancelled, expired, failed, skipped, succeeded), in 1 batches.")
 
 
 def test_prune_deletes_only_the_given_statuses():
@@ -163,7 +175,8 @@ def test_dry_run_counts_and_deletes_nothing():
     assert remaining() == before
     assert JobAttempt.objects.count() == 7
     assert out.startswith(
-        "Would delete 3 jobs (cancelled 0, failed 1, succeeded 2) finished before "
+        "Would delete 3 jobs (cancelled 0, expired 0, failed 1, skipped 0, succeeded 2) "
+        "finished before "
     )
     assert out.rstrip().endswith("and their 6 attempts. Nothing was deleted (--dry-run).")
 
@@ -245,7 +258,7 @@ def test_a_job_retried_while_the_prune_runs_is_kept(monkeypatch):
         (["--older-than", "1d", "--status", "scheduled"], "scheduled jobs are active"),
         (
             ["--older-than", "1d", "--status", "done"],
-            "use succeeded, failed, cancelled, got 'done'",
+            "use succeeded, failed, cancelled, skipped, expired, got 'done'",
         ),
         (["--older-than", "1d", "--batch-size", "0"], "must be 1 to 100000, got 0"),
         (["--older-than", "1d", "--batch-size", "many"], "must be a whole number"),

@@ -163,21 +163,31 @@ def test_figures_on_known_data():
 
     figures = stats.collect(now)
 
+    none = {"skipped": 0, "expired": 0}
     assert figures.by_status == {
         "scheduled": 11,
         "running": 3,
         "succeeded": 2,
         "failed": 1,
         "cancelled": 1,
+        **none,
     }
     assert figures.by_job_type == {
-        "tests.noop": {"scheduled": 1, "running": 0, "succeeded": 1, "failed": 0, "cancelled": 0},
+        "tests.noop": {
+            "scheduled": 1,
+            "running": 0,
+            "succeeded": 1,
+            "failed": 0,
+            "cancelled": 0,
+            **none,
+        },
         "tests.scripted": {
             "scheduled": 10,
             "running": 3,
             "succeeded": 1,
             "failed": 1,
             "cancelled": 1,
+            **none,
         },
     }
     assert [(p.kind, p.name, p.paused_by) for p in figures.pauses] == [

@@ -93,7 +93,7 @@ def batch_size(value: object) -> int:
 
 
 def finished_status(value: object) -> str:
-    """--status of prune_delay_jobs: succeeded, failed or cancelled."""
+    """--status of prune_delay_jobs: a finished status."""
     finished = ", ".join(FINISHED_STATUSES)
     if value in ACTIVE_STATUSES:
         raise ArgumentTypeError(f"{value} jobs are active and are never pruned; use {finished}")

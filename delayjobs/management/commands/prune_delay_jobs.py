@@ -51,9 +51,10 @@ class Progress:
 
 class Command(BaseCommand):
     help = (
-        "Delete finished jobs (succeeded, failed, cancelled) that finished longer ago than "
-        "--older-than, with their attempts, in batches of short transactions. Scheduled and "
-        "running jobs are never deleted, so it is safe while consumers work."
+        "Delete finished jobs (succeeded, failed, cancelled, skipped, expired) that finished "
+        "longer ago than --older-than, with their attempts, in batches of short "
+        "transactions. Scheduled and running jobs are never deleted, so it is safe while "
+        "consumers work."
     )
 
     def add_arguments(self, parser: ArgumentParser) -> None:
@@ -70,7 +71,10 @@ class Command(BaseCommand):
             dest="statuses",
             type=base.finished_status,
             metavar="STATUS",
-            help="succeeded, failed or cancelled; repeat for several (default: all three).",
+            help=(
+                "succeeded, failed, cancelled, skipped or expired; repeat for several "
+                "(default: all of them)."
+            ),
         )
         parser.add_argument(
             "--dry-run", action="store_true", help="Count what would be deleted; delete nothing."
