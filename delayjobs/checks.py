@@ -14,7 +14,7 @@ from django.conf import settings as django_settings
 from django.core import checks
 from redis.connection import parse_url
 
-from delayjobs.conf import DEFAULTS, DURATION_SETTINGS, as_timedelta, raw_settings
+from delayjobs.conf import DEFAULTS, DURATION_SETTINGS, EXECUTORS, as_timedelta, raw_settings
 from delayjobs.jobtypes import QUEUE_PATTERN
 from delayjobs.redis_store import mask_url
 
@@ -202,6 +202,17 @@ def _check_limits(config: dict[str, Any]) -> list[checks.CheckMessage]:
                 hint=f"The default is {DEFAULTS['MAX_PAYLOAD_BYTES']} (64 KiB). Store ids in "
                 "payloads, not documents.",
                 id="delayjobs.E012",
+            )
+        )
+    executor = config.get("EXECUTOR", DEFAULTS["EXECUTOR"])
+    if executor not in EXECUTORS:
+        messages.append(
+            checks.Error(
+                f"DELAYJOBS['EXECUTOR'] must be one of {', '.join(map(repr, EXECUTORS))}, "
+                f"got {executor!r}.",
+                hint="'local' runs jobs in each consumer's thread pool; 'celery' hands each "
+                "claimed job to a Celery task run by your Celery workers.",
+                id="delayjobs.E013",
             )
         )
     return messages

@@ -42,7 +42,12 @@ DEFAULTS: dict[str, Any] = {
     "QUEUE_CONCURRENCY": {},
     # The largest payload accepted, in bytes of its JSON text. None: no limit.
     "MAX_PAYLOAD_BYTES": 64 * 1024,
+    # Where consumers run the jobs they claim: "local" (their own thread pool) or
+    # "celery" (a Celery task per job, run by Celery's workers; see celery_executor).
+    "EXECUTOR": "local",
 }
+
+EXECUTORS = ("local", "celery")
 
 DURATION_SETTINGS = ("PRELOAD_INTERVAL", "PRELOAD_WINDOW", "IDLE_TIMEOUT", "DATABASE_POLL_INTERVAL")
 
@@ -86,6 +91,8 @@ class Settings:
             duration = as_timedelta(value)
             return duration if duration and duration.total_seconds() > 0 else DEFAULTS[name]
         if name == "QUEUE_CONCURRENCY" and not _is_limits(value):
+            return DEFAULTS[name]
+        if name == "EXECUTOR" and value not in EXECUTORS:
             return DEFAULTS[name]
         return value
 

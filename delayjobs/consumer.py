@@ -39,8 +39,8 @@ from django.db import DatabaseError, connections
 from django.utils import timezone
 from redis import RedisError
 
-from delayjobs import pauses, preloader, presence, transitions
-from delayjobs.conf import settings
+from delayjobs import celery_executor, pauses, preloader, presence, transitions
+from delayjobs.conf import EXECUTORS, settings
 from delayjobs.consumer_database_mode import DatabaseMode
 from delayjobs.consumer_timeouts import EXIT_STUCK, TimeOuts
 from delayjobs.db import drop_broken_connections
@@ -92,12 +92,18 @@ class Consumer(DatabaseMode, TimeOuts):
         preload: bool = True,
         worker_id: str | None = None,
         store: RedisStore | None = None,
+        executor: str | None = None,
     ) -> None:
         self.queues = sorted(set(queues or registry.queues() or ["default"]))
         self.concurrency = concurrency or settings.CONCURRENCY
         self.burst = burst
         self.preload = preload
         self.worker_id = worker_id or default_worker_id()
+        # "local": jobs run in this process's threads; "celery": each claimed job is
+        # published as a Celery task and its slot freed at once (see celery_executor).
+        self.executor = executor or settings.EXECUTOR
+        if self.executor not in EXECUTORS:
+            raise ValueError(f"executor must be one of {EXECUTORS}, got {self.executor!r}")
         self.store = store or get_store()
         self.processed = 0
         self.exit_code = 0
@@ -436,7 +442,15 @@ class Consumer(DatabaseMode, TimeOuts):
                 timed_out = running.timed_out
             if timed_out:  # before it even started: its time-out is recorded, do not run it
                 return
-            outcome = run_claimed(job, self.worker_id)
+            if self.executor == "celery":
+                outcome = celery_executor.dispatch(job, self.worker_id)
+                if outcome is None:  # published: a Celery worker runs and records it
+                    with self._cond:
+                        running.finished = True
+                        timed_out = running.timed_out
+                    return
+            else:
+                outcome = run_claimed(job, self.worker_id)
             with self._cond:
                 running.finished = True
                 timed_out = running.timed_out

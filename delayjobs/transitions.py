@@ -282,6 +282,35 @@ def renew_leases(jobs_by_lease: Mapping[timedelta, Iterable[int]], *, worker_id:
     return renewed
 
 
+def take_over(
+    job_id: int,
+    *,
+    attempt: int,
+    claimed_by: str,
+    claimed_at: datetime,
+    worker_id: str,
+    lease: timedelta,
+) -> DelayedJob | None:
+    """Hand a running job from the consumer that claimed it to ``worker_id`` (a Celery
+    worker), with a fresh lease; the row as taken over, or None if that claim is gone.
+
+    Fenced on the very claim (attempt, claimant, claim time): a task that reaches a worker
+    after its lease expired and the job was reaped, retried or claimed again finds
+    nothing to take, so an attempt runs at most once per claim.
+    """
+    now = timezone.now()
+    changed = DelayedJob.objects.filter(
+        pk=job_id,
+        status=JobStatus.RUNNING,
+        attempts=attempt,
+        worker_id=claimed_by,
+        started_at=claimed_at,
+    ).update(worker_id=worker_id, lease_expires_at=now + lease)
+    if not changed:
+        return None
+    return DelayedJob.objects.filter(pk=job_id).first()
+
+
 @dataclass(frozen=True)
 class Outcome:
     """How one execution ended, as decided by the consumer from the job type's policy."""

@@ -48,13 +48,19 @@ def redis_client(_clean_redis: None) -> Iterator[redis.Redis]:
 class ConsumerProcess:
     """A ``manage.py run_delay_consumer`` subprocess whose output goes to a log file."""
 
-    def __init__(self, args: list[str], log_path: Path, env: dict[str, str]) -> None:
+    def __init__(
+        self,
+        args: list[str],
+        log_path: Path,
+        env: dict[str, str],
+        command: tuple[str, ...] = ("manage.py", "run_delay_consumer"),
+    ) -> None:
         self.args = args
         self.log_path = log_path
         # The child gets its own copy of the descriptor; the parent keeps none open.
         with open(log_path, "wb") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "manage.py", "run_delay_consumer", *args],
+                [sys.executable, *command, *args],
                 cwd=REPO_ROOT,
                 env=env,
                 stdin=subprocess.DEVNULL,

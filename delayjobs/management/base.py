@@ -18,6 +18,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from delayjobs import pauses
 from delayjobs.checks import MAX_CONCURRENCY
+from delayjobs.conf import EXECUTORS
 from delayjobs.exceptions import InvalidJob
 from delayjobs.jobtypes import QUEUE_PATTERN
 from delayjobs.models import ACTIVE_STATUSES, DelayedJob, JobStatus
@@ -65,6 +66,13 @@ def worker_id(value: object) -> str:
     ):
         raise ArgumentTypeError(f"use 1-{WORKER_ID_MAX_LENGTH} printable characters")
     return value
+
+
+def executor(value: object) -> str:
+    """--executor: where a consumer runs the jobs it claims."""
+    if value not in EXECUTORS:
+        raise ArgumentTypeError(f"use one of {', '.join(EXECUTORS)}, got {shown(value)}")
+    return str(value)
 
 
 def duration(value: object) -> timedelta:

@@ -47,6 +47,14 @@ class Command(BaseCommand):
             "Celery task instead).",
         )
         parser.add_argument("--worker-id", default=None, help="Name in job rows and logs.")
+        parser.add_argument(
+            "--executor",
+            default=None,
+            metavar="{local,celery}",
+            help="Where claimed jobs run: 'local' (this process's threads) or 'celery' (a "
+            "Celery task per job, run by your Celery workers). Default: "
+            "DELAYJOBS['EXECUTOR'], 'local'.",
+        )
 
     def handle(
         self,
@@ -57,6 +65,7 @@ class Command(BaseCommand):
         burst: bool,
         preload: bool,
         worker_id: str | None,
+        executor: str | None = None,
         **options: Any,
     ) -> None:
         # Checked here, not (only) by argparse: call_command passes keyword options unparsed.
@@ -83,6 +92,9 @@ class Command(BaseCommand):
             "worker_id": None
             if worker_id is None
             else checked(f"--worker-id {base.shown(worker_id)}", base.worker_id, worker_id),
+            "executor": checked(
+                "--executor", base.executor, settings.EXECUTOR if executor is None else executor
+            ),
         }
         configure_logging(verbosity, self.stdout)
         consumer = Consumer(**consumer_options)

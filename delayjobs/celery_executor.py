@@ -1,0 +1,193 @@
+"""Running claimed jobs in Celery workers instead of the consumer's own threads.
+
+``run_delay_consumer --executor celery`` (or ``DELAYJOBS['EXECUTOR'] = "celery"``) still
+pops and claims jobs exactly as the local pool does; it then publishes one
+``delayjobs.tasks.execute`` task per claimed job and frees its slot. The task, in a
+Celery worker:
+
+1. takes the claim over (``transitions.take_over``, fenced on attempt, claimant and claim
+   time), so a task delivered after its lease expired and the job moved on does nothing;
+2. renews the lease while the job runs (a heartbeat thread), and stops renewing once
+   ``time_to_run`` has passed: the lease then expires and the reaper records the attempt
+   as ``lease_expired`` and retries or fails the job, as for a consumer that died;
+3. runs the job with the same code as the local pool (``execution.run_claimed``: expiry,
+   ``should_run``, ``execute``, retry policy), sends the same signals, and records the
+   outcome with the same ``transitions.record_outcomes`` (job row and attempt row), then
+   puts a retry into the Redis index.
+
+Between the claim and the task's start the claim's own lease covers the job: if Celery
+loses the message or its queue is longer than ``time_to_run``, the job is reaped and runs
+again. Nothing here imports Celery at module level; ``delayjobs.tasks`` does.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from datetime import timedelta
+
+from django.db import InterfaceError, OperationalError, connections
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from delayjobs import transitions
+from delayjobs.execution import (
+    describe,
+    retry_at_after,
+    run_claimed,
+    signal_outcome,
+    storable,
+    time_to_run_of,
+)
+from delayjobs.handoff import index_due_soon
+from delayjobs.models import DelayedJob
+from delayjobs.transitions import Outcome
+
+logger = logging.getLogger("delayjobs.consumer")
+
+#: How long a worker keeps trying to record an outcome while the database is away; past
+#: it the lease expires and the job runs again (at-least-once), as in the local pool.
+RECORD_PATIENCE = 30.0
+#: The least time between two lease renewals, whatever the job type's time_to_run.
+MIN_HEARTBEAT = 0.5
+
+
+def dispatch(job: DelayedJob, claimed_by: str) -> Outcome | None:
+    """Publish the Celery task that runs ``job``; None once published.
+
+    If the broker refuses it, the attempt fails (and is retried by the job type's policy)
+    at once, rather than leaving the job to wait out its lease.
+    """
+    from delayjobs.tasks import execute  # Celery is imported only by this executor
+
+    assert job.started_at is not None  # set by the claim, which it fences
+    try:
+        execute.apply_async(
+            args=[job.pk, job.attempts, claimed_by, job.started_at.isoformat()],
+            # Past its lease the claim is void anyway: a stale message is not worth running.
+            expires=time_to_run_of(job).total_seconds(),
+        )
+    except Exception as exc:  # kombu's errors vary by transport; all mean "not published"
+        now = timezone.now()
+        logger.warning("Job %s: could not publish its Celery task (%s)", job.pk, exc)
+        return Outcome(
+            job=job,
+            worker_id=claimed_by,
+            started_at=now,
+            finished_at=now,
+            error=describe(exc),
+            traceback=storable(f"Publishing the Celery task failed: {describe(exc)}\n"),
+            retry_at=retry_at_after(job, exc),
+        )
+    logger.debug("Job %s attempt %d handed to Celery", job.pk, job.attempts)
+    return None
+
+
+def run_dispatched(
+    job_id: int, attempt: int, claimed_by: str, claimed_at: str, worker_id: str
+) -> str:
+    """The body of ``delayjobs.tasks.execute``; says what happened, for Celery's log."""
+    claimed = parse_datetime(claimed_at)
+    if claimed is None:
+        raise ValueError(f"claimed_at {claimed_at!r} is not an ISO 8601 datetime")
+    probe = DelayedJob.objects.filter(pk=job_id).only("job_type").first()
+    if probe is None:
+        return "gone"
+    time_to_run = time_to_run_of(probe)
+    job = transitions.take_over(
+        job_id,
+        attempt=attempt,
+        claimed_by=claimed_by,
+        claimed_at=claimed,
+        worker_id=worker_id,
+        lease=time_to_run,
+    )
+    if job is None:
+        logger.info(
+            "Job %s attempt %d: its claim by %s is gone (lease expired, cancelled or run "
+            "elsewhere); not running it",
+            job_id,
+            attempt,
+            claimed_by,
+        )
+        return "stale"
+    with _Heartbeat(job, worker_id, time_to_run):
+        outcome = run_claimed(job, worker_id)
+    signal_outcome(outcome)
+    _record(outcome)
+    return outcome.attempt_outcome.value
+
+
+class _Heartbeat:
+    """Renews one job's lease until the job returns or its time_to_run is over."""
+
+    def __init__(self, job: DelayedJob, worker_id: str, time_to_run: timedelta) -> None:
+        self._job = job
+        self._worker_id = worker_id
+        self._time_to_run = time_to_run
+        self._deadline = time.monotonic() + time_to_run.total_seconds()
+        self._done = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name=f"delayjobs-heartbeat-{job.pk}", daemon=True
+        )
+
+    def __enter__(self) -> _Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._done.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        interval = max(self._time_to_run.total_seconds() / 3, MIN_HEARTBEAT)
+        try:
+            while not self._done.wait(interval):
+                if time.monotonic() >= self._deadline:
+                    # Timed out: the lease lapses and the reaper takes the job back.
+                    logger.warning(
+                        "Job %s attempt %d ran past its time_to_run (%s) in a Celery worker; "
+                        "its lease is no longer renewed",
+                        self._job.pk,
+                        self._job.attempts,
+                        self._time_to_run,
+                    )
+                    return
+                try:
+                    transitions.renew_leases(
+                        {self._time_to_run: [self._job.pk]}, worker_id=self._worker_id
+                    )
+                except (OperationalError, InterfaceError) as exc:
+                    logger.warning("Could not renew the lease of job %s: %s", self._job.pk, exc)
+        finally:
+            connections.close_all()
+
+
+def _record(outcome: Outcome) -> None:
+    """Write the outcome, waiting out a database restart for a while; index a retry."""
+    give_up = time.monotonic() + RECORD_PATIENCE
+    delay = 0.1
+    while True:
+        try:
+            retries = transitions.record_outcomes([outcome])
+            break
+        except (OperationalError, InterfaceError) as exc:
+            if time.monotonic() > give_up:
+                logger.error(
+                    "Giving up recording job %s attempt %d (%s); it runs again after its lease.",
+                    outcome.job.pk,
+                    outcome.job.attempts,
+                    exc,
+                )
+                return
+            connections.close_all()
+            time.sleep(delay)  # backoff while the database is away, not a test wait
+            delay = min(delay * 2, 5.0)
+    index_due_soon(retries)
+
+
+def celery_worker_id(hostname: str | None) -> str:
+    """The worker name stored in rows: Celery's node name and the process id."""
+    return f"{hostname or 'celery'}:{os.getpid()}"
