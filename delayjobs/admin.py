@@ -758,3 +758,7 @@ class ConsumerAdmin(ReadOnlyMixin, admin.ModelAdmin):
         return gettext("%(duration)s ago") % {
             "duration": format_duration(timezone.now() - consumer.last_seen)
         }
+
+
+# The HTTP API keys admin (delayjobs.http), registered with the rest.
+import delayjobs.http.admin  # noqa: E402, F401

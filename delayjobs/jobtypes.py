@@ -60,6 +60,14 @@ class JobType:
         """
         raise NotImplementedError(f"{type(self).__name__} must implement execute(job)")
 
+    def queues_served(self) -> Iterable[str]:
+        """Queues this type's jobs may be on, which consumers given no ``--queue`` consume.
+
+        Its ``queue``; override it if jobs of the type are scheduled on others
+        (``schedule(queue=...)``), so that a plain ``run_delay_consumer`` runs them too.
+        """
+        return (self.queue,)
+
     def should_run(self, job: DelayedJob) -> bool:
         """Checked just before each execution; ``False`` ends the job ``skipped``.
 
@@ -138,7 +146,7 @@ class Registry:
         return sorted(self._types)
 
     def queues(self) -> list[str]:
-        return sorted({jt.queue for jt in self._types.values()})
+        return sorted({queue for jt in self._types.values() for queue in jt.queues_served()})
 
     def __iter__(self) -> Iterator[JobType]:
         return iter(list(self._types.values()))

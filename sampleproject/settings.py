@@ -7,6 +7,7 @@ Everything a deployment or the demo changes comes from the environment.
 import os
 from datetime import timedelta
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import django
 
@@ -107,6 +108,17 @@ DELAYJOBS = {
     "KEY_PREFIX": "delayjobs-sample",
     "PRELOAD_INTERVAL": 5,
     "PRELOAD_WINDOW": 60,
+}
+
+# Celery (optional): beat runs the pre-loader; `run_delay_consumer --executor celery`
+# hands each due job to a Celery worker. The broker is the same Redis, another database.
+CELERY_BROKER_URL = os.environ.get(
+    "CELERY_BROKER_URL", urlsplit(DELAYJOBS["REDIS_URL"])._replace(path="/1").geturl()
+)
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BEAT_SCHEDULE = {
+    "delayjobs-preload": {"task": "delayjobs.tasks.preload", "schedule": 5.0},
 }
 
 # An unpaid order is closed this long after it was placed.

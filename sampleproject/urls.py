@@ -9,4 +9,5 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("meetings/", include("sampleproject.meetings.urls")),
     path("orders/", include("sampleproject.orders.urls")),
+    path("delayjobs/api/", include("delayjobs.http.urls")),
 ]

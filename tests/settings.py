@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import json
 import os
+from urllib.parse import urlsplit
+
+import django
 
 from sampleproject.settings import *  # noqa: F403
 from sampleproject.settings import INSTALLED_APPS
@@ -67,6 +70,12 @@ DELAYJOBS = {
     "PRELOAD_INTERVAL": 1,
     "PRELOAD_WINDOW": 5,
 }
+# The Celery executor's tests start a real Celery worker (sampleproject's app) on the
+# tests' Redis, in another database than delayjobs' keys.
+CELERY_BROKER_URL = urlsplit(SERVICES.redis_url)._replace(path="/1").geturl()
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+
 # A test may give its consumer subprocesses other DELAYJOBS values: a JSON object, merged.
 DELAYJOBS.update(json.loads(os.environ.get("DELAYJOBS_TEST_OVERRIDES") or "{}"))
 
@@ -80,4 +89,24 @@ LOGGING = {
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": "WARNING"},
+}
+
+# Django's Tasks framework on delayjobs (tests/test_tasks_backend.py, tasks in tests/tasks.py):
+# django.tasks on Django 6, the django-tasks backport on Django 5.2.
+_TASKS_PACKAGE = "django.tasks" if django.VERSION >= (6, 0) else "django_tasks"
+TASKS = {
+    "default": {
+        "BACKEND": "delayjobs.backends.DelayJobsBackend",
+        "QUEUES": ["default", "other"],
+    },
+    "retrying": {
+        "BACKEND": "delayjobs.backends.DelayJobsBackend",
+        "OPTIONS": {"MAX_ATTEMPTS": 2},
+    },
+    "once": {
+        "BACKEND": "delayjobs.backends.DelayJobsBackend",
+        "OPTIONS": {"MAX_ATTEMPTS": 1},
+    },
+    # Not a delayjobs backend: a row naming it must be refused by consumers.
+    "immediate": {"BACKEND": f"{_TASKS_PACKAGE}.backends.immediate.ImmediateBackend"},
 }

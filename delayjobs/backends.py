@@ -1,0 +1,194 @@
+"""``DelayJobsBackend``: Django's Tasks framework on delayjobs' rows, Redis and consumers.
+
+    TASKS = {"default": {"BACKEND": "delayjobs.backends.DelayJobsBackend"}}
+
+``task.enqueue()`` writes one ``django.task`` job row in the caller's transaction (the
+Redis hand-off waits for the commit, as ``delayjobs.schedule`` always does): ``run_at`` is
+the task's ``run_after`` (or now), ``priority`` and ``queue`` are the task's. A consumer
+(``run_delay_consumer``) runs it; ``get_result()`` reads the row and its attempts.
+
+OPTIONS:
+
+- ``MAX_ATTEMPTS``: executions before a raising task is FAILED (default: the job type's,
+  5); each failed attempt is retried with delayjobs' backoff and is listed in ``errors``.
+- ``MODULES``: modules to search for ``@task`` objects besides every installed app's
+  ``tasks`` module. A task outside them is unknown to consumers.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+from django.db import transaction
+
+from delayjobs.api import schedule
+from delayjobs.exceptions import InvalidJob
+from delayjobs.jobtypes import QUEUE_PATTERN
+from delayjobs.models import DelayedJob, jobs_database
+from delayjobs.task_compat import (
+    BaseTaskBackend,
+    InvalidTask,
+    Task,
+    TaskResult,
+    TaskResultDoesNotExist,
+    TaskResultStatus,
+    normalize_json,
+    task_enqueued,
+)
+from delayjobs.task_index import UnregisteredTask, index
+from delayjobs.task_jobs import (
+    TASK_JOB_TYPE,
+    DjangoTaskJob,
+    TaskCall,
+    TaskRefused,
+    attempts_of,
+    build_result,
+    task_for_job,
+)
+
+logger = logging.getLogger(__name__)
+
+OPTION_NAMES = frozenset({"MAX_ATTEMPTS", "MODULES"})
+
+
+class InvalidTaskCall(InvalidTask, InvalidJob):
+    """A task cannot be enqueued so: arguments that do not round-trip through JSON, a
+    payload over the size limit, a queue name delayjobs cannot hold...
+
+    Both the Tasks framework's ``InvalidTask`` and delayjobs' ``InvalidJob`` (a
+    ``ValueError``) catch it.
+    """
+
+
+class DelayJobsBackend(BaseTaskBackend):
+    supports_defer = True
+    supports_priority = True
+    supports_get_result = True
+    # A coroutine task runs in the consumer's worker thread through async_to_sync.
+    supports_async_task = True
+
+    def __init__(self, alias: str, params: dict[str, Any]) -> None:
+        super().__init__(alias, params)
+        bad_queues = sorted(
+            repr(q) for q in self.queues if not isinstance(q, str) or not QUEUE_PATTERN.fullmatch(q)
+        )
+        if bad_queues:
+            raise ImproperlyConfigured(
+                f"TASKS[{alias!r}]['QUEUES']: {', '.join(bad_queues)} cannot be delayjobs "
+                f"queues (1-100 characters of letters, digits and '_.-')."
+            )
+        options = self.options if isinstance(self.options, Mapping) else None
+        if options is None or set(options) - OPTION_NAMES:
+            raise ImproperlyConfigured(
+                f"TASKS[{alias!r}]['OPTIONS'] must be a dict with only "
+                f"{', '.join(sorted(OPTION_NAMES))}; got {self.options!r}."
+            )
+        self.max_attempts = _max_attempts(alias, options.get("MAX_ATTEMPTS"))
+        modules = options.get("MODULES", [])
+        if not isinstance(modules, list | tuple) or not all(isinstance(m, str) for m in modules):
+            raise ImproperlyConfigured(
+                f"TASKS[{alias!r}]['OPTIONS']['MODULES'] must be a list of module paths, "
+                f"got {modules!r}."
+            )
+        self.modules: list[str] = list(modules)
+
+    def enqueue(self, task: Task, args: Iterable[Any], kwargs: Mapping[str, Any]) -> TaskResult:
+        self.validate_task(task)
+        call = TaskCall(
+            path=task.module_path,
+            args=_json_round_trip(task, "args", list(args)),
+            kwargs=_json_round_trip(task, "kwargs", dict(kwargs)),
+            backend=self.alias,
+        )
+        # Not a security boundary (consumers only run tasks they discovered themselves),
+        # but lets this process read back results of tasks from undeclared modules.
+        index.add(task)
+        try:
+            job = schedule(
+                TASK_JOB_TYPE,
+                call.payload(),
+                run_at=task.run_after,
+                queue=task.queue_name,
+                priority=task.priority,
+                max_attempts=self.max_attempts,
+            )
+        except InvalidJob as exc:
+            raise InvalidTaskCall(f"Task {task.module_path}: {exc}") from None
+        result = build_result(task, job, call, history=[])
+        using = jobs_database()
+        # Like delayjobs' job_scheduled: only once the row exists for others to see.
+        transaction.on_commit(lambda: _send_enqueued(type(self), result), using=using)
+        return result
+
+    def get_result(self, result_id: str) -> TaskResult:
+        job = self._job(result_id)
+        try:
+            call = TaskCall.from_payload(job.payload)
+        except TaskRefused as exc:
+            raise TaskResultDoesNotExist(
+                f"Task result {result_id!r} is unreadable: {exc}"
+            ) from None
+        if call.backend != self.alias:
+            raise TaskResultDoesNotExist(
+                f"Task result {result_id!r} is of backend {call.backend!r}, not {self.alias!r}."
+            )
+        try:
+            task = index.get(call.path)
+        except UnregisteredTask as exc:
+            raise TaskResultDoesNotExist(f"Task result {result_id!r}: {exc}") from None
+        return build_result(task_for_job(task, job, self.alias), job, call, list(attempts_of(job)))
+
+    def _job(self, result_id: Any) -> DelayedJob:
+        text = str(result_id) if isinstance(result_id, str | int) else ""
+        # Only plain decimal ids: "1e3", " 7" or "٣" (int() takes them) are not ids we gave.
+        if not (text.isascii() and text.isdigit()) or len(text) > 19:
+            raise TaskResultDoesNotExist(f"No task result {result_id!r}: ids are job numbers.")
+        job = DelayedJob.objects.filter(pk=int(text), job_type=TASK_JOB_TYPE).first()
+        if job is None:
+            raise TaskResultDoesNotExist(f"No task result {result_id!r}.")
+        return job
+
+
+def _max_attempts(alias: str, value: Any) -> int | None:
+    if value is None:
+        return DjangoTaskJob.max_attempts
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ImproperlyConfigured(
+            f"TASKS[{alias!r}]['OPTIONS']['MAX_ATTEMPTS'] must be a positive int, got {value!r}."
+        )
+    return value
+
+
+def _json_round_trip(task: Task, label: str, value: Any) -> Any:
+    """``value`` as the task will receive it; refused unless JSON gives back the same.
+
+    The Tasks framework requires arguments to round-trip through JSON: a dict with int
+    keys, a set or a datetime would reach the task changed or not at all.
+    """
+    try:
+        normalized = normalize_json(value)
+        text = json.dumps(normalized, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidTaskCall(
+            f"Task {task.module_path}: {label} must be JSON-serializable (dicts with string "
+            f"keys, lists, strings, finite numbers, booleans, None): {exc}."
+        ) from None
+    if json.loads(text) != normalized:
+        raise InvalidTaskCall(
+            f"Task {task.module_path}: {label} would not come back the same from JSON "
+            f"({normalized!r:.200} becomes {json.loads(text)!r:.200}); use string keys."
+        )
+    return normalized
+
+
+def _send_enqueued(sender: type, result: TaskResult) -> None:
+    for receiver, response in task_enqueued.send_robust(sender=sender, task_result=result):
+        if isinstance(response, Exception):
+            logger.error("A task_enqueued receiver failed: %r raised %r", receiver, response)
+
+
+__all__ = ["DelayJobsBackend", "InvalidTaskCall", "TaskResultStatus"]

@@ -1,0 +1,9 @@
+"""An HTTP API for other services: schedule, read, cancel, reschedule and retry jobs as JSON.
+
+Off unless mounted: add ``path("delayjobs/api/", include("delayjobs.http.urls"))`` to the
+project's URLs. Requests authenticate with an API key (``Authorization: Bearer ...``,
+see ``delayjobs.http.keys``) or a Django session, and need the same permissions as the
+admin's actions. ``openapi.json`` under the mount point describes every endpoint.
+
+Nothing is imported here, so that importing the package touches no model.
+"""

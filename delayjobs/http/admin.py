@@ -1,0 +1,101 @@
+"""The admin of API keys: list them, create one (its key is shown once), revoke them.
+
+A key is revoked by unticking "active" (in the list or on its page), not deleted, so that its
+name and last use stay on record. The digest is never shown.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import admin
+from django.core.exceptions import ValidationError
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
+
+from delayjobs.http.keys import create_api_key
+from delayjobs.models import ApiKey
+
+SHOWN_FIELDS = ("name", "user", "prefix", "is_active", "created_at", "last_used_at")
+
+
+class ApiKeyAddForm(forms.ModelForm):
+    """A new key's user and name. A key acts with all of its user's permissions, so only a
+    superuser may create one for someone else: add_apikey alone must not be a way to act
+    as a more powerful user."""
+
+    #: Who fills in the form (set by ApiKeyAdmin.get_form).
+    creator: Any = None
+
+    class Meta:
+        model = ApiKey
+        fields = ("user", "name")
+
+    def clean_user(self) -> Any:
+        user = self.cleaned_data["user"]
+        if not self.creator.is_superuser and user != self.creator:
+            raise ValidationError(
+                _("Only a superuser may create a key for another user; choose yourself.")
+            )
+        return user
+
+
+@admin.register(ApiKey)
+class ApiKeyAdmin(admin.ModelAdmin):
+    list_display = SHOWN_FIELDS
+    list_filter = ("is_active",)
+    search_fields = ("name", "prefix", "user__username")
+    list_select_related = ("user",)
+    # A plain id field: autocomplete would need the project's user admin to be searchable.
+    raw_id_fields = ("user",)
+    # Revoking is unticking "active", here in the list or on the key's page. No actions:
+    # every action of delayjobs' admin needs a dedicated permission (tests/test_access.py).
+    list_editable = ("is_active",)
+    actions = None
+
+    def get_form(
+        self, request: HttpRequest, obj: ApiKey | None = None, change: bool = False, **kwargs: Any
+    ) -> Any:
+        if obj is None:
+            kwargs["form"] = type("ApiKeyAddForm", (ApiKeyAddForm,), {"creator": request.user})
+        return super().get_form(request, obj, change, **kwargs)
+
+    def get_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> tuple[str, ...]:
+        # A new key needs a user and a name; prefix and digest are drawn when it is saved.
+        return ("user", "name") if obj is None else SHOWN_FIELDS
+
+    def get_readonly_fields(
+        self, request: HttpRequest, obj: ApiKey | None = None
+    ) -> tuple[str, ...]:
+        return () if obj is None else ("user", "prefix", "created_at", "last_used_at")
+
+    def save_model(self, request: HttpRequest, obj: ApiKey, form: Any, change: bool) -> None:
+        if change:
+            super().save_model(request, obj, form, change)
+            return
+        created, plaintext = create_api_key(obj.user, obj.name)
+        # The admin's log entry and response need the row create_api_key wrote.
+        obj.pk, obj.prefix, obj.digest = created.pk, created.prefix, created.digest
+        obj.created_at = created.created_at
+        # Kept on the request only, never in the session or a message cookie.
+        request._delayjobs_api_key = plaintext  # type: ignore[attr-defined]
+
+    def response_add(
+        self, request: HttpRequest, obj: ApiKey, post_url_continue: str | None = None
+    ) -> HttpResponse:
+        """A page that shows the new key once, instead of the usual redirect."""
+        plaintext = getattr(request, "_delayjobs_api_key", None)
+        if plaintext is None:  # pragma: no cover - save_model always sets it
+            return super().response_add(request, obj, post_url_continue)
+        context = {
+            **self.admin_site.each_context(request),
+            "title": gettext("API key created"),
+            "opts": self.opts,
+            "api_key": obj,
+            "plaintext": plaintext,
+        }
+        request.current_app = self.admin_site.name
+        return TemplateResponse(request, "admin/delayjobs/apikey/created.html", context)

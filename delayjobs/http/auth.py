@@ -1,0 +1,83 @@
+"""Who makes a request: an API key (``Authorization: Bearer``) or a Django session.
+
+A request that carries an ``Authorization`` header is judged by that header alone: a bad
+key is refused even if a session cookie came along, so a service never acts as whoever
+last logged in to the browser it shares. Session requests with unsafe methods must pass
+Django's CSRF check; key requests are exempt, since a browser never adds a Bearer header
+to a forged request by itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.http import HttpRequest
+from django.middleware.csrf import CsrfViewMiddleware
+
+from delayjobs.http import keys
+from delayjobs.http.errors import ApiError
+from delayjobs.models import ApiKey
+
+#: The challenge of every 401, as RFC 6750 asks.
+CHALLENGE = 'Bearer realm="delayjobs"'
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
+
+
+@dataclass(frozen=True)
+class Identity:
+    user: Any
+    #: The key used, or None for a session.
+    api_key: ApiKey | None
+
+
+def authenticate(request: HttpRequest) -> Identity:
+    """The request's identity; ApiError (401, or 403 for CSRF) if it has none."""
+    header = request.META.get("HTTP_AUTHORIZATION")
+    if header is not None:
+        return _from_bearer(header)
+    user = getattr(request, "user", None)  # None without AuthenticationMiddleware
+    if user is not None and user.is_authenticated and user.is_active:
+        if request.method not in SAFE_METHODS:
+            _check_csrf(request)
+        return Identity(user, None)
+    raise unauthenticated(
+        "Authentication credentials were not provided: send 'Authorization: Bearer <key>'."
+    )
+
+
+def unauthenticated(detail: str) -> ApiError:
+    return ApiError("not_authenticated", detail, headers={"WWW-Authenticate": CHALLENGE})
+
+
+def _from_bearer(header: str) -> Identity:
+    scheme, _space, token = header.strip().partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token or " " in token:
+        raise unauthenticated("Malformed Authorization header: expected 'Bearer <key>'.")
+    key = keys.find_key(token)
+    # One message for an unknown prefix and a wrong secret: neither helps a guesser.
+    if key is None:
+        raise unauthenticated("Invalid API key.")
+    if not key.is_active:
+        raise unauthenticated("This API key has been revoked.")
+    if not key.user.is_active:
+        raise unauthenticated("The user of this API key is inactive.")
+    keys.touch(key)
+    return Identity(key.user, key)
+
+
+class _CsrfCheck(CsrfViewMiddleware):
+    """Django's own CSRF check, run on demand, giving the reason instead of a 403 page."""
+
+    def _reject(self, request: HttpRequest, reason: str) -> Any:
+        return reason
+
+
+def _check_csrf(request: HttpRequest) -> None:
+    check = _CsrfCheck(lambda _request: None)  # type: ignore[arg-type, return-value]
+    # process_request reads the CSRF cookie (or session) that process_view compares.
+    check.process_request(request)
+    reason = check.process_view(request, lambda _request: None, (), {})  # type: ignore[arg-type]
+    if reason:
+        raise ApiError("csrf_failed", f"CSRF check failed: {reason}")

@@ -1,0 +1,104 @@
+"""API keys: how they look, how they are made, and how a presented key is checked.
+
+A key reads ``dj_<prefix>_<secret>``. The prefix is stored as it is and finds the row;
+only the SHA-256 digest of the secret is stored, so a copy of the database does not
+give away working keys. The secret has 256 random bits: a plain (unsalted, fast) hash is
+enough, as no dictionary can guess it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from delayjobs.models import ApiKey
+
+SCHEME = "dj"
+#: 6 random bytes as 12 hex digits: fits ApiKey.prefix (16) and never contains "_".
+PREFIX_BYTES = 6
+SECRET_BYTES = 32
+#: last_used_at is written at most this often per key: a busy service would otherwise
+#: write the key's row on every request.
+TOUCH_INTERVAL = timedelta(minutes=1)
+NAME_MAX_LENGTH = ApiKey._meta.get_field("name").max_length
+
+
+@dataclass(frozen=True)
+class KeyMaterial:
+    """A new key: the plaintext to hand out once, and what the row stores."""
+
+    prefix: str
+    plaintext: str
+    digest: str
+
+
+def digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode("utf-8")).hexdigest()
+
+
+def new_key_material() -> KeyMaterial:
+    prefix = secrets.token_hex(PREFIX_BYTES)
+    secret = secrets.token_urlsafe(SECRET_BYTES)
+    return KeyMaterial(prefix, f"{SCHEME}_{prefix}_{secret}", digest(secret))
+
+
+def split_key(plaintext: str) -> tuple[str, str] | None:
+    """(prefix, secret) of a key in the ``dj_<prefix>_<secret>`` form, else None."""
+    # The secret (URL-safe base64) may itself contain "_": split twice only.
+    parts = plaintext.split("_", 2)
+    if len(parts) != 3 or parts[0] != SCHEME or not parts[1] or not parts[2]:
+        return None
+    return parts[1], parts[2]
+
+
+def find_key(plaintext: str) -> ApiKey | None:
+    """The key row whose prefix and secret match ``plaintext`` (active or not), or None."""
+    parts = split_key(plaintext)
+    if parts is None:
+        return None
+    prefix, secret = parts
+    key = ApiKey.objects.select_related("user").filter(prefix=prefix).first()
+    # compare_digest: the time taken does not tell how much of the digest matched.
+    if key is None or not hmac.compare_digest(digest(secret), key.digest):
+        return None
+    return key
+
+
+def create_api_key(user: Any, name: str) -> tuple[ApiKey, str]:
+    """Create a key for ``user``; return the row and the plaintext, which is not stored."""
+    if not isinstance(name, str) or not name.strip() or len(name) > NAME_MAX_LENGTH:
+        raise ValueError(f"The key's name must be 1-{NAME_MAX_LENGTH} characters, got {name!r}.")
+    # Two keys drawing the same 48-bit prefix is unlikely, not impossible: draw again.
+    for _attempt in range(3):
+        material = new_key_material()
+        try:
+            with transaction.atomic():
+                key = ApiKey.objects.create(
+                    user=user, name=name, prefix=material.prefix, digest=material.digest
+                )
+        except IntegrityError:
+            if ApiKey.objects.filter(prefix=material.prefix).exists():
+                continue
+            raise
+        return key, material.plaintext
+    raise RuntimeError("could not draw an unused key prefix")  # pragma: no cover
+
+
+def touch(key: ApiKey) -> None:
+    """Record that ``key`` was used now, unless that was recorded less than a minute ago."""
+    now = timezone.now()
+    if key.last_used_at is not None and now - key.last_used_at < TOUCH_INTERVAL:
+        return
+    # Conditional: of many requests racing past the check above, one writes.
+    ApiKey.objects.filter(pk=key.pk).filter(
+        Q(last_used_at__isnull=True) | Q(last_used_at__lt=now - TOUCH_INTERVAL)
+    ).update(last_used_at=now)
+    key.last_used_at = now

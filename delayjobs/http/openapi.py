@@ -1,0 +1,404 @@
+"""The API's one source of truth: every operation (route, method, permission, body, query,
+responses, handler), and the OpenAPI 3.1 document built from them.
+
+``urls`` routes and ``views`` dispatch from ``OPERATIONS``; this module describes the
+same list, so the document cannot promise what the views do not do.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from http import HTTPStatus
+from typing import Any
+
+from django.conf import settings
+
+import delayjobs
+from delayjobs.http import handlers
+from delayjobs.http.errors import ERROR_STATUSES, ERRORS
+from delayjobs.http.fields import Body, Param
+from delayjobs.http.handlers import Call, Reply
+from delayjobs.http.serialize import ATTEMPT_SCHEMA, JOB_DETAIL_SCHEMA, JOB_SCHEMA, OBJECT_SCHEMA
+
+Schema = dict[str, Any]
+
+#: The largest body of one request; a job's payload is at most 64 KiB by default
+#: (DELAYJOBS["MAX_PAYLOAD_BYTES"]), so this leaves room for the rest and more.
+MAX_BODY_BYTES = 1024 * 1024
+#: A bulk request carries up to MAX_BULK_JOBS jobs.
+MAX_BULK_BODY_BYTES = 8 * 1024 * 1024
+
+VIEW = "delayjobs.view_delayedjob"
+ADD = "delayjobs.add_delayedjob"
+CANCEL = "delayjobs.cancel_delayedjob"
+RESCHEDULE = "delayjobs.reschedule_delayedjob"
+RETRY = "delayjobs.retry_delayedjob"
+
+#: A body that must be empty, or an empty JSON object, for actions that take no input.
+NO_FIELDS = Body("request", ())
+
+
+@dataclass(frozen=True)
+class Operation:
+    method: str
+    #: A Django route under the mount point ("jobs/<int:job_id>/").
+    route: str
+    #: The URL name of the route (shared by the operations on one route).
+    name: str
+    operation_id: str
+    summary: str
+    handler: Callable[[Call], Reply]
+    #: The permission needed (app_label.codename); None: public, no authentication.
+    permission: str | None
+    #: Status, description and schema of the successful response.
+    success: tuple[int, str, Schema]
+    body: Body | None = None
+    #: False: the body may be left out (actions that take no input).
+    body_required: bool = True
+    query: tuple[Param, ...] = ()
+    #: Runs in one transaction: all of it applies, or nothing does.
+    writes: bool = False
+    max_body_bytes: int = MAX_BODY_BYTES
+    #: May answer 404 (no such job) and 409 (its state forbids it; key conflicts).
+    conflicts: bool = False
+    #: The success response has a Location header: the new job's URL.
+    location: bool = False
+
+    def error_codes(self) -> list[str]:
+        """Every error code this operation can answer with."""
+        # "invalid" everywhere: unknown query parameters are refused on every operation.
+        codes = ["method_not_allowed", "invalid"]
+        if self.permission is not None:
+            codes += ["not_authenticated", "permission_denied"]
+            if self.method != "GET":
+                codes.append("csrf_failed")
+        if self.body is not None:
+            codes += ["malformed", "invalid", "too_large", "unsupported_media_type"]
+        if "<int:job_id>" in self.route or self.conflicts:
+            codes.append("not_found")
+        if self.conflicts:
+            codes += ["duplicate_key", "invalid_transition"]
+        return sorted(set(codes), key=list(ERRORS).index)
+
+
+def _ref(name: str) -> Schema:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def openapi_document(call: Call) -> Reply:
+    # The servers URL is where this very document is served from: the mount point.
+    here = call.url("openapi")
+    return Reply(200, build_document(here.removesuffix("openapi.json").rstrip("/")))
+
+
+JOB_ACTION = (200, "The job, after the change.", _ref("Job"))
+
+OPERATIONS: tuple[Operation, ...] = (
+    Operation(
+        "POST",
+        "jobs/",
+        "jobs",
+        "scheduleJob",
+        "Schedule a job (delayjobs.schedule).",
+        handlers.schedule_job,
+        ADD,
+        (201, "The job scheduled (or, with replace, the job moved).", _ref("Job")),
+        body=handlers.SCHEDULE,
+        writes=True,
+        conflicts=True,
+        location=True,
+    ),
+    Operation(
+        "GET",
+        "jobs/",
+        "jobs",
+        "listJobs",
+        "List jobs, newest first, a page at a time.",
+        handlers.list_jobs,
+        VIEW,
+        (200, "A page of jobs.", _ref("JobList")),
+        query=handlers.LIST_PARAMS,
+    ),
+    Operation(
+        "POST",
+        "jobs/bulk/",
+        "jobs-bulk",
+        "scheduleJobs",
+        "Schedule many jobs in one transaction, all or none (delayjobs.schedule_many).",
+        handlers.schedule_jobs,
+        ADD,
+        (201, "The jobs, in the order given.", _ref("BulkScheduleResult")),
+        body=handlers.BULK_SCHEDULE,
+        writes=True,
+        max_body_bytes=MAX_BULK_BODY_BYTES,
+        conflicts=True,
+    ),
+    Operation(
+        "POST",
+        "jobs/cancel/",
+        "jobs-cancel",
+        "cancelJobByKey",
+        "Cancel the scheduled job holding a business key.",
+        handlers.cancel_job_by_key,
+        CANCEL,
+        JOB_ACTION,
+        body=handlers.CANCEL_BY_KEY,
+        writes=True,
+        conflicts=True,
+    ),
+    Operation(
+        "GET",
+        "jobs/<int:job_id>/",
+        "job",
+        "getJob",
+        "One job with its history of attempts.",
+        handlers.get_job,
+        VIEW,
+        (200, "The job and its attempts.", _ref("JobDetail")),
+    ),
+    Operation(
+        "POST",
+        "jobs/<int:job_id>/cancel/",
+        "job-cancel",
+        "cancelJob",
+        "Cancel a scheduled job (a running one is not interrupted: 409).",
+        handlers.cancel_job,
+        CANCEL,
+        JOB_ACTION,
+        body=NO_FIELDS,
+        body_required=False,
+        writes=True,
+        conflicts=True,
+    ),
+    Operation(
+        "POST",
+        "jobs/<int:job_id>/reschedule/",
+        "job-reschedule",
+        "rescheduleJob",
+        "Move a scheduled job to another time.",
+        handlers.reschedule_job,
+        RESCHEDULE,
+        JOB_ACTION,
+        body=handlers.RESCHEDULE,
+        writes=True,
+        conflicts=True,
+    ),
+    Operation(
+        "POST",
+        "jobs/<int:job_id>/retry/",
+        "job-retry",
+        "retryJob",
+        "Run a finished job (failed, cancelled, succeeded, skipped, expired) again now.",
+        handlers.retry_job,
+        RETRY,
+        JOB_ACTION,
+        body=NO_FIELDS,
+        body_required=False,
+        writes=True,
+        conflicts=True,
+    ),
+    Operation(
+        "GET",
+        "openapi.json",
+        "openapi",
+        "getOpenApiDocument",
+        "This document (public: it describes the API, not any job).",
+        openapi_document,
+        None,
+        (200, "The OpenAPI 3.1 document.", {"type": "object"}),
+    ),
+)
+
+
+def routes() -> dict[str, list[Operation]]:
+    """The operations of each route, in the order of OPERATIONS."""
+    grouped: dict[str, list[Operation]] = {}
+    for operation in OPERATIONS:
+        grouped.setdefault(operation.route, []).append(operation)
+    return grouped
+
+
+# The document ---------------------------------------------------------------------------
+
+ROUTE_PARAMETER = re.compile(r"<(?:(?P<converter>\w+):)?(?P<name>\w+)>")
+CONVERTER_SCHEMAS: dict[str, Schema] = {
+    "int": {"type": "integer", "minimum": 0},
+    "str": {"type": "string"},
+}
+
+
+def openapi_path(route: str) -> str:
+    """A Django route as an OpenAPI path: ``jobs/<int:job_id>/`` → ``/jobs/{job_id}/``."""
+    return "/" + ROUTE_PARAMETER.sub(lambda match: "{" + match["name"] + "}", route)
+
+
+def build_document(server_url: str) -> Schema:
+    paths: Schema = {}
+    for operation in OPERATIONS:
+        path = paths.setdefault(openapi_path(operation.route), {})
+        path[operation.method.lower()] = _operation_object(operation)
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "delayjobs",
+            "version": delayjobs.__version__,
+            "description": (
+                "Schedule, read, cancel, reschedule and retry delayed jobs. Every request "
+                "but this document's needs an API key (Authorization: Bearer dj_...) or a "
+                "Django session (with a CSRF token for POST), and the permission each "
+                "operation names. Errors share one shape (Error); unknown fields are refused."
+            ),
+        },
+        "servers": [{"url": server_url}],
+        "paths": paths,
+        "components": {
+            "schemas": _schemas(),
+            "responses": {
+                _response_name(status): _error_response(status) for status in ERROR_STATUSES
+            },
+            "securitySchemes": {
+                "bearerAuth": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "bearerFormat": "dj_<prefix>_<secret> (manage.py create_delay_api_key)",
+                },
+                "sessionAuth": {
+                    "type": "apiKey",
+                    "in": "cookie",
+                    "name": settings.SESSION_COOKIE_NAME,
+                    "description": "A logged-in Django session; POST also needs X-CSRFToken.",
+                },
+            },
+        },
+        "security": [{"bearerAuth": []}, {"sessionAuth": []}],
+    }
+
+
+def _operation_object(operation: Operation) -> Schema:
+    status, description, schema = operation.success
+    success: Schema = {"description": description, "content": _json(schema)}
+    if operation.location:
+        success["headers"] = {
+            "Location": {"description": "The job's URL.", "schema": {"type": "string"}}
+        }
+    responses: Schema = {str(status): success}
+    for error_status in sorted({ERRORS[code][0] for code in operation.error_codes()}):
+        responses[str(error_status)] = {
+            "$ref": f"#/components/responses/{_response_name(error_status)}"
+        }
+    result: Schema = {
+        "operationId": operation.operation_id,
+        "summary": operation.summary,
+        "parameters": [*_path_parameters(operation.route), *_query_parameters(operation.query)],
+        "responses": responses,
+    }
+    if operation.permission is None:
+        result["security"] = []
+    else:
+        result["description"] = f"Needs the permission {operation.permission}."
+        result["x-permission"] = operation.permission
+    if operation.body is not None:
+        result["requestBody"] = {
+            "required": operation.body_required,
+            "content": _json(operation.body.schema()),
+            "description": f"At most {operation.max_body_bytes} bytes of JSON.",
+        }
+    return result
+
+
+def _path_parameters(route: str) -> Iterable[Schema]:
+    for match in ROUTE_PARAMETER.finditer(route):
+        yield {
+            "name": match["name"],
+            "in": "path",
+            "required": True,
+            "schema": CONVERTER_SCHEMAS[match["converter"] or "str"],
+        }
+
+
+def _query_parameters(params: tuple[Param, ...]) -> Iterable[Schema]:
+    for param in params:
+        schema = {"type": "array", "items": param.schema} if param.repeated else param.schema
+        parameter: Schema = {
+            "name": param.name,
+            "in": "query",
+            "required": False,
+            "description": param.description,
+            "schema": schema,
+        }
+        if param.repeated:
+            parameter |= {"style": "form", "explode": True}
+        yield parameter
+
+
+def _json(schema: Schema) -> Schema:
+    return {"application/json": {"schema": schema}}
+
+
+def _response_name(status: int) -> str:
+    return HTTPStatus(status).phrase.replace(" ", "").replace("-", "")
+
+
+def _error_response(status: int) -> Schema:
+    meanings = [
+        f"{code}: {text}" for code, (code_status, text) in ERRORS.items() if code_status == status
+    ]
+    response: Schema = {"description": " ".join(meanings), "content": _json(_ref("Error"))}
+    if status == 401:
+        response["headers"] = {
+            "WWW-Authenticate": {"description": "Bearer.", "schema": {"type": "string"}}
+        }
+    if status == 405:
+        response["headers"] = {
+            "Allow": {"description": "The methods this URL takes.", "schema": {"type": "string"}}
+        }
+    return response
+
+
+def _schemas() -> Schema:
+    return {
+        "Job": JOB_SCHEMA,
+        "JobDetail": JOB_DETAIL_SCHEMA,
+        "Attempt": ATTEMPT_SCHEMA,
+        "JobObject": OBJECT_SCHEMA,
+        "JobList": {
+            "type": "object",
+            "properties": {
+                "jobs": {"type": "array", "items": _ref("Job")},
+                "next_cursor": {
+                    "type": ["string", "null"],
+                    "description": "The cursor of the next page; null on the last page.",
+                },
+                "next": {
+                    "type": ["string", "null"],
+                    "format": "uri",
+                    "description": "The next page's URL; null on the last page.",
+                },
+            },
+            "required": ["jobs", "next_cursor", "next"],
+        },
+        "BulkScheduleResult": {
+            "type": "object",
+            "properties": {"jobs": {"type": "array", "items": _ref("Job")}},
+            "required": ["jobs"],
+        },
+        "Error": {
+            "type": "object",
+            "properties": {
+                "error": {"type": "string", "enum": list(ERRORS)},
+                "detail": {"type": "string", "description": "What went wrong, for people."},
+                "fields": {
+                    "type": "object",
+                    "description": "Request fields at fault (a.b, jobs[2].run_at) and why.",
+                    "additionalProperties": {"type": "string"},
+                },
+                "existing_id": {
+                    "type": ["integer", "null"],
+                    "description": "duplicate_key: the active job holding the key.",
+                },
+            },
+            "required": ["error", "detail", "fields"],
+        },
+    }
