@@ -17,6 +17,7 @@ _EXPORTS = {
     "cancel": "delayjobs.api",
     "reschedule": "delayjobs.api",
     "retry": "delayjobs.api",
+    "bind": "delayjobs.bindings",
     "JobType": "delayjobs.jobtypes",
     "register": "delayjobs.jobtypes",
     "DelayJobsError": "delayjobs.exceptions",
@@ -36,6 +37,7 @@ __all__ = [
     "JobType",
     "UnknownJobType",
     "__version__",
+    "bind",
     "cancel",
     "register",
     "reschedule",
@@ -46,6 +48,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from delayjobs.api import cancel, reschedule, retry, schedule, schedule_many
+    from delayjobs.bindings import bind
     from delayjobs.exceptions import (
         DelayJobsError,
         DuplicateJob,

@@ -69,7 +69,10 @@ def redis_url() -> Iterator[str]:
         print(f"demo: using Redis at {url}")
         yield url
         return
-    sys.path.insert(0, str(ROOT))  # this script's directory is on sys.path, not the root
+    # Python put this script's directory first on sys.path, not the root: swap them, or its
+    # modules shadow what they are named after (celery.py would import itself as celery).
+    here = Path(__file__).resolve().parent
+    sys.path[:] = [str(ROOT), *(p for p in sys.path if Path(p or ".").resolve() != here)]
     from sampleproject.services import RedisServer
 
     server = RedisServer().start()

@@ -16,3 +16,34 @@ class Execution(models.Model):
 
     def __str__(self) -> str:
         return f"job {self.job_id} attempt {self.attempt} on {self.worker_id}"
+
+
+class Appointment(models.Model):
+    """A row that tests/test_bindings.py binds jobs to (``delayjobs.bind``)."""
+
+    at = models.DateTimeField(null=True, blank=True)
+    lead_minutes = models.IntegerField(default=0)
+    active = models.BooleanField(default=True)
+    note = models.CharField(max_length=100, blank=True, default="")
+    day = models.DateField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"appointment {self.pk} at {self.at}"
+
+
+class AppointmentProxy(Appointment):
+    """Saved through a proxy, an appointment keeps its bound jobs in step all the same."""
+
+    class Meta:
+        proxy = True
+
+
+class Coded(models.Model):
+    """A model whose primary key is long text: bound job keys must still fit."""
+
+    code = models.CharField(primary_key=True, max_length=300)
+    at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return self.code

@@ -1,8 +1,11 @@
 """The sample project, driven like a user would: through its views, with the test client.
 
-Its jobs are scheduled from model signals and views, by business key. The last test runs a
-real consumer subprocess and checks that meetings start, end and remind, unpaid orders
-close and unapproved room requests are rejected, while paid and approved ones are left alone.
+Its jobs are bound to model fields (``delayjobs.bind`` in the apps' ``delay_jobs.py``):
+saving a meeting, an order or a room request schedules, moves or cancels them. The last
+tests run a real consumer subprocess and check in the database that meetings remind, start
+and end at their current times (never at times they were moved away from), unpaid orders
+close and unapproved room requests are rejected, while paid and approved ones are left
+alone, and jobs whose object changed behind the bindings' back end skipped.
 """
 
 from __future__ import annotations
@@ -17,16 +20,29 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from delayjobs.models import DelayedJob, JobStatus
+from delayjobs.models import AttemptOutcome, DelayedJob, JobStatus
 from delayjobs.redis_store import RedisStore
-from sampleproject.meetings.models import Attendee, Meeting, Reminder, Room, RoomRequest
+from sampleproject.meetings.delay_jobs import (
+    EndMeeting,
+    ExpireRoomRequest,
+    MeetingJob,
+    RemindAttendees,
+    StartMeeting,
+)
+from sampleproject.meetings.models import Meeting, Reminder, Room, RoomRequest
+from sampleproject.orders.delay_jobs import CloseUnpaidOrder
 from sampleproject.orders.models import Order
 from tests.conftest import ConsumerFactory, ConsumerProcess
 from tests.utils import wait_for, wait_listening
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-KINDS = ("remind", "start", "end")
+JOB_TYPES: dict[str, type[MeetingJob]] = {
+    "remind": RemindAttendees,
+    "start": StartMeeting,
+    "end": EndMeeting,
+}
+KINDS = tuple(JOB_TYPES)
 
 
 @pytest.fixture
@@ -60,11 +76,15 @@ def create_meeting(
     return meeting
 
 
+def meeting_key(meeting: Meeting, kind: str) -> str:
+    return JOB_TYPES[kind].binding.key_for(meeting)
+
+
 def meeting_jobs(meeting: Meeting) -> dict[str, DelayedJob]:
-    """The meeting's jobs by kind (the latest job holding each key)."""
+    """The meeting's jobs by kind (the active job of each binding, else its latest)."""
     jobs = {}
-    for kind in KINDS:
-        job = DelayedJob.objects.filter(key=meeting.job_key(kind)).order_by("-pk").first()
+    for kind, job_type in JOB_TYPES.items():
+        job = job_type.binding.job_for(meeting)
         if job is not None:
             jobs[kind] = job
     return jobs
@@ -79,7 +99,15 @@ def place_order(client: Client, customer: str, total: str = "12.50") -> Order:
 
 
 def close_job(order: Order) -> DelayedJob:
-    return DelayedJob.objects.get(key=order.close_job_key)
+    job = CloseUnpaidOrder.binding.job_for(order)
+    assert job is not None, f"order {order.pk} has no close job"
+    return job
+
+
+def expire_job(room_request: RoomRequest) -> DelayedJob:
+    job = ExpireRoomRequest.binding.job_for(room_request)
+    assert job is not None, f"room request {room_request.pk} has no expire job"
+    return job
 
 
 def indexed(redis_client: redis.Redis, queue: str = "default") -> dict[int, float]:
@@ -194,10 +222,33 @@ def test_a_meeting_moved_while_its_job_runs_gets_its_job_from_the_planner(
     pass_time = new_start - timedelta(seconds=1)  # the new start is inside this pass's window
     result = preload(now=pass_time)
     assert result.ran and not result.errors
-    replacement = DelayedJob.objects.get(key=meeting.job_key("start"), status=JobStatus.SCHEDULED)
+    replacement = DelayedJob.objects.get(
+        key=meeting_key(meeting, "start"), status=JobStatus.SCHEDULED
+    )
     assert replacement.pk != start_job.pk
     assert replacement.run_at == new_start
     assert preload(now=pass_time).planned == 0  # planning again adds nothing
+
+
+def test_renaming_a_meeting_after_its_reminder_ran_schedules_no_second_one(
+    client: Client, room: Room
+) -> None:
+    starts_at = timezone.now() + timedelta(days=2)
+    meeting = create_meeting(client, room, starts_at, starts_at + timedelta(hours=1))
+    reminder = meeting_jobs(meeting)["remind"]
+    DelayedJob.objects.filter(pk=reminder.pk).update(status=JobStatus.SUCCEEDED, attempts=1)
+
+    meeting = Meeting.objects.get(pk=meeting.pk)
+    meeting.title = "Planning, renamed"
+    meeting.save()
+    assert list(RemindAttendees.binding.jobs_for(meeting)) == [reminder]
+
+    # Moved, though, it is reminded of its new time.
+    move_meeting(client, meeting, 30)
+    new_reminder = meeting_jobs(meeting)["remind"]
+    assert new_reminder.pk != reminder.pk
+    assert new_reminder.status == JobStatus.SCHEDULED
+    assert new_reminder.run_at == meeting.starts_at - timedelta(minutes=15)
 
 
 def test_moving_a_meeting_that_is_not_scheduled_is_refused(client: Client, room: Room) -> None:
@@ -304,7 +355,7 @@ def test_a_room_request_schedules_its_rejection_and_approving_cancels_it(
 
     assert room_request.status == RoomRequest.Status.PENDING
     assert room_request.expires_at == room_request.created_at + timedelta(hours=24)
-    job = DelayedJob.objects.get(key=room_request.expire_job_key)
+    job = expire_job(room_request)
     assert (job.job_type, job.status) == ("meetings.expire_request", JobStatus.SCHEDULED)
     assert job.run_at == room_request.expires_at
     assert job.payload == {"room_request_id": room_request.pk}
@@ -315,6 +366,24 @@ def test_a_room_request_schedules_its_rejection_and_approving_cancels_it(
     assert room_request.status == RoomRequest.Status.APPROVED
     job.refresh_from_db()
     assert job.status == JobStatus.CANCELLED
+
+
+def test_a_room_request_rejected_in_the_admin_loses_its_expire_job(
+    admin_client: Client, room: Room
+) -> None:
+    room_request = request_room(admin_client, room)
+    job = expire_job(room_request)
+
+    room_request.status = RoomRequest.Status.REJECTED  # as the admin's change form saves it
+    room_request.save()
+    job.refresh_from_db()
+    assert job.status == JobStatus.CANCELLED
+
+    # Approving it now is refused: it is decided already.
+    response = admin_client.post(
+        reverse("meetings:request_approve", args=[room_request.pk]), follow=True
+    )
+    assert "already rejected" in response.content.decode()
 
 
 # With a real consumer ----------------------------------------------------------------------
@@ -332,67 +401,176 @@ def wait_until(what: str, predicate: Any, consumer: ConsumerProcess) -> None:
         raise AssertionError(f"{what}: {exc}\n{consumer.output()}") from None
 
 
+def move_meeting(client: Client, meeting: Meeting, minutes: int) -> None:
+    response = client.post(reverse("meetings:move", args=[meeting.pk]), {"minutes": minutes})
+    assert response.status_code == 302
+    meeting.refresh_from_db()
+
+
+def final_statuses(jobs: dict[str, DelayedJob]) -> dict[str, str]:
+    return {kind: DelayedJob.objects.get(pk=job.pk).status for kind, job in jobs.items()}
+
+
+def assert_ran_once_on_time(job: DelayedJob) -> None:
+    """One attempt, which succeeded, and did not start before the job was due."""
+    job.refresh_from_db()
+    assert (job.status, job.attempts) == (JobStatus.SUCCEEDED, 1), job
+    (attempt,) = job.history.all()
+    assert attempt.outcome == AttemptOutcome.SUCCEEDED
+    assert attempt.started_at >= job.run_at, f"{job} ran early"
+
+
+def assert_skipped(job: DelayedJob) -> None:
+    """should_run() said no: the job ended skipped, its strategy never ran."""
+    job.refresh_from_db()
+    assert job.status == JobStatus.SKIPPED, job
+    assert [attempt.outcome for attempt in job.history.all()] == [AttemptOutcome.SKIPPED]
+
+
 @pytest.mark.subprocess
-def test_end_to_end_with_a_real_consumer(
+def test_meetings_end_to_end_with_a_real_consumer(
+    client: Client, room: Room, consumer_process: ConsumerFactory, redis_client: redis.Redis
+) -> None:
+    """Meetings created and moved through the views: each job fires once, at the meeting's
+    current time; the times a meeting was moved away from never fire."""
+    consumer = consumer_process()
+    wait_listening(redis_client, [consumer])
+    now = timezone.now()
+    lead = 1 / 60  # every reminder is due a second before its meeting starts
+
+    # Due in 2-3.5 s, then moved an hour later: nothing may fire at the old times.
+    moved_out = create_meeting(
+        client,
+        room,
+        now + timedelta(seconds=3),
+        now + timedelta(seconds=3.5),
+        lead,
+        title="Moved out",
+    )
+    move_meeting(client, moved_out, 60)
+
+    # An hour away, then moved an hour earlier: reminded in 3 s, starts a second later
+    # and ends after the old times of "Moved out" have all passed.
+    moved_in = create_meeting(
+        client,
+        room,
+        now + timedelta(hours=1, seconds=4),
+        now + timedelta(hours=1, seconds=5),
+        lead,
+        "grace@example.com, alan@example.com",
+        title="Moved in",
+    )
+    jobs_before = meeting_jobs(moved_in)
+    move_meeting(client, moved_in, -60)
+    moved_in_jobs = meeting_jobs(moved_in)
+    assert {k: j.pk for k, j in moved_in_jobs.items()} == {k: j.pk for k, j in jobs_before.items()}
+
+    # Cancelled behind the bindings' back (update() sends no signal): its jobs stay
+    # scheduled, and their should_run() sees the meeting cancelled.
+    cancelled = create_meeting(
+        client,
+        room,
+        now + timedelta(seconds=3),
+        now + timedelta(seconds=4),
+        lead,
+        title="Cancelled",
+    )
+    Meeting.objects.filter(pk=cancelled.pk).update(status=Meeting.Status.CANCELLED)
+
+    cancelled_jobs = meeting_jobs(cancelled)
+    watched = [*moved_in_jobs.values(), *cancelled_jobs.values()]
+    wait_until(
+        "meeting jobs not all finished",
+        lambda: not DelayedJob.objects.filter(pk__in=[j.pk for j in watched]).active().exists(),
+        consumer,
+    )
+
+    # Moved in: reminded of the new start, started, ended, each job once and on time.
+    moved_in.refresh_from_db()
+    assert moved_in.status == Meeting.Status.ENDED
+    reminders = Reminder.objects.filter(meeting=moved_in)
+    assert {r.attendee.email for r in reminders} == {"grace@example.com", "alan@example.com"}
+    assert {r.meeting_starts_at for r in reminders} == {moved_in.starts_at}
+    for job in moved_in_jobs.values():
+        assert_ran_once_on_time(job)
+    assert moved_in_jobs["start"].run_at == moved_in.starts_at
+
+    # Cancelled: every job skipped, nothing done.
+    for job in cancelled_jobs.values():
+        assert_skipped(job)
+    assert not Reminder.objects.filter(meeting=cancelled).exists()
+    assert Meeting.objects.get(pk=cancelled.pk).status == Meeting.Status.CANCELLED
+
+    # Moved out: its old times passed long before the moved-in meeting ended, and nothing
+    # fired; its jobs wait for the new times.
+    moved_out.refresh_from_db()
+    assert moved_out.status == Meeting.Status.SCHEDULED
+    assert not Reminder.objects.filter(meeting=moved_out).exists()
+    out_jobs = meeting_jobs(moved_out)
+    assert {job.status for job in out_jobs.values()} == {JobStatus.SCHEDULED}
+    assert {job.attempts for job in out_jobs.values()} == {0}
+    assert out_jobs["start"].run_at == moved_out.starts_at > timezone.now() + timedelta(minutes=50)
+    assert consumer.returncode is None
+
+
+@pytest.mark.subprocess
+def test_orders_and_room_requests_end_to_end_with_a_real_consumer(
     client: Client,
     room: Room,
     settings: Any,
     consumer_process: ConsumerFactory,
     redis_client: redis.Redis,
 ) -> None:
+    """Paid orders and approved requests keep their state; the others are closed and
+    rejected by their jobs, on time."""
     consumer = consumer_process()
     wait_listening(redis_client, [consumer])
-
-    # A meeting that starts in 2 s and ends 1 s later; its reminder is due 1.5 s before.
-    starts_at = timezone.now() + timedelta(seconds=2)
-    meeting = create_meeting(
-        client, room, starts_at, starts_at + timedelta(seconds=1), 1.5 / 60, "grace@example.com"
-    )
-    attendee = Attendee.objects.get(meeting=meeting)
-    assert len(meeting_jobs(meeting)) == 3
-
-    # Orders and room requests time out after one second; the paid and the approved one are
-    # due first, so their jobs would have run before the others if they had not been cancelled.
-    settings.ORDER_PAYMENT_TIMEOUT = timedelta(seconds=1)
-    settings.ROOM_REQUEST_TIMEOUT = timedelta(seconds=1)
+    # Orders and room requests time out after a second and a half; the paid and the
+    # approved ones are made first, so their jobs would run first if they had not been
+    # cancelled.
+    settings.ORDER_PAYMENT_TIMEOUT = timedelta(seconds=1.5)
+    settings.ROOM_REQUEST_TIMEOUT = timedelta(seconds=1.5)
     paid = place_order(client, "Paid")
     approved = request_room(client, room, "Approved")
     assert client.post(reverse("orders:pay", args=[paid.pk])).status_code == 302
     assert client.post(reverse("meetings:request_approve", args=[approved.pk])).status_code == 302
     unpaid = place_order(client, "Unpaid")
     unapproved = request_room(client, room, "Unapproved")
+    # Paid behind the binding's back (a payment provider's callback writing the row with
+    # update(), say): the close job still comes due, and its should_run() says no.
+    paid_elsewhere = place_order(client, "Paid elsewhere")
+    Order.objects.filter(pk=paid_elsewhere.pk).update(
+        status=Order.Status.PAID, paid_at=timezone.now()
+    )
 
-    keys = [
-        *(meeting.job_key(kind) for kind in KINDS),
-        unpaid.close_job_key,
-        unapproved.expire_job_key,
-    ]
+    watched = [close_job(unpaid), expire_job(unapproved), close_job(paid_elsewhere)]
     wait_until(
-        "jobs not all succeeded",
-        lambda: (
-            DelayedJob.objects.filter(key__in=keys, status=JobStatus.SUCCEEDED).count() == len(keys)
-        ),
+        "order and room request jobs not all finished",
+        lambda: not DelayedJob.objects.filter(pk__in=[j.pk for j in watched]).active().exists(),
         consumer,
     )
 
-    meeting.refresh_from_db()
-    assert meeting.status == Meeting.Status.ENDED
-    reminder = Reminder.objects.get(meeting=meeting)
-    assert (reminder.attendee, reminder.meeting_starts_at) == (attendee, meeting.starts_at)
-    for kind, job in meeting_jobs(meeting).items():
-        (attempt,) = job.history.all()
-        assert attempt.started_at >= job.run_at, f"{kind} ran early"
-
     unpaid.refresh_from_db()
-    assert unpaid.status == Order.Status.CLOSED
+    assert (unpaid.status, unpaid.paid_at) == (Order.Status.CLOSED, None)
     assert unpaid.closed_at is not None
-    paid.refresh_from_db()
-    assert paid.status == Order.Status.PAID
-    assert (close_job(paid).status, close_job(paid).attempts) == (JobStatus.CANCELLED, 0)
+    assert_ran_once_on_time(close_job(unpaid))
 
     unapproved.refresh_from_db()
     assert unapproved.status == RoomRequest.Status.REJECTED
+    assert_ran_once_on_time(expire_job(unapproved))
+
+    paid_elsewhere.refresh_from_db()
+    assert (paid_elsewhere.status, paid_elsewhere.closed_at) == (Order.Status.PAID, None)
+    assert_skipped(close_job(paid_elsewhere))
+
+    # The paid order and the approved request: their jobs were cancelled, never attempted,
+    # though they were due before the others.
+    paid.refresh_from_db()
+    assert (paid.status, paid.closed_at) == (Order.Status.PAID, None)
     approved.refresh_from_db()
     assert approved.status == RoomRequest.Status.APPROVED
-    approved_job = DelayedJob.objects.get(key=approved.expire_job_key)
-    assert (approved_job.status, approved_job.attempts) == (JobStatus.CANCELLED, 0)
+    for job in (close_job(paid), expire_job(approved)):
+        assert (job.status, job.attempts) == (JobStatus.CANCELLED, 0)
+        assert not job.history.exists()
+        assert job.run_at < close_job(unpaid).run_at
+    assert consumer.returncode is None

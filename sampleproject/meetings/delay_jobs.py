@@ -1,5 +1,7 @@
-"""The meetings app's job types. Each one re-reads the current state before acting, because
-delivery is at-least-once: a job may run twice, or after the meeting changed."""
+"""The meetings app's job types, and the bindings that keep them in step with each meeting's
+and room request's times (``delayjobs.bind``): saving a meeting schedules, moves or cancels
+its jobs. Each job type re-reads the current state before acting, because delivery is
+at-least-once: a job may run twice, or after its meeting changed."""
 
 from __future__ import annotations
 
@@ -10,12 +12,14 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from django.core.mail import send_mail
 from django.db import transaction
+from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 import delayjobs
 from sampleproject.meetings.models import Meeting, Reminder, RoomRequest
 
 if TYPE_CHECKING:
+    from delayjobs.bindings import Binding
     from delayjobs.models import DelayedJob
 
 log = logging.getLogger(__name__)
@@ -25,60 +29,87 @@ MAX_REMIND_MINUTES = 24 * 60
 
 
 class MeetingJob(delayjobs.JobType):
-    """What the three meeting job types share: when they run, their payload, and the check
-    that the meeting still exists and still has the time the job was scheduled for."""
+    """What the three meeting job types share: the binding to one of the meeting's times,
+    and the check that the meeting still exists, still has the time the job was scheduled
+    for, and still wants the job. A job for which it does not ends "skipped"."""
 
-    #: Suffix of the job's key, ``meeting:<pk>:<kind>``.
-    kind: ClassVar[str]
-    #: The meeting time the job belongs to; if it changed, the job is stale.
+    #: The meeting time the job is bound to; if it changed, the job is stale.
     time_field: ClassVar[str] = "starts_at"
+    #: Meeting statuses in which the job is wanted (the binding's ``when``).
+    statuses: ClassVar[frozenset[str]]
+    binding: ClassVar[Binding]
 
     @classmethod
-    def meeting_time(cls, meeting: Meeting) -> datetime:
-        return getattr(meeting, cls.time_field)
+    def offset(cls, meeting: Meeting) -> timedelta:
+        """How long after ``time_field`` the job is due."""
+        return timedelta(0)
 
     @classmethod
-    def run_at(cls, meeting: Meeting) -> datetime:
-        return cls.meeting_time(meeting)
-
-    @classmethod
-    def wanted(cls, meeting: Meeting, now: datetime) -> bool:
-        """Whether a meeting in this state still needs this job."""
-        raise NotImplementedError
+    def wanted(cls, meeting: Meeting) -> bool:
+        return meeting.status in cls.statuses
 
     @classmethod
     def payload(cls, meeting: Meeting) -> dict[str, Any]:
-        return {"meeting_id": meeting.pk, cls.time_field: cls.meeting_time(meeting).isoformat()}
+        # The time too: a job that finds its meeting at another time knows it is stale.
+        time = getattr(meeting, cls.time_field)
+        return {"meeting_id": meeting.pk, cls.time_field: time.isoformat()}
+
+    @classmethod
+    def bind(cls) -> None:
+        cls.binding = delayjobs.bind(
+            Meeting,
+            cls.time_field,
+            job_type=cls,
+            offset=cls.offset,
+            when=cls.wanted,
+            payload=cls.payload,
+        )
 
     def plan(self, start: datetime, end: datetime) -> Iterator[dict[str, Any]]:
         """The pre-loader's safety net, every pass: this type's job for each meeting due in
-        [start, end) that still wants one. Saving a meeting schedules its jobs already;
-        this catches the one case saving cannot: a meeting moved while its job was
-        running (a running job cannot be moved). Keys make planning twice add nothing."""
+        [start, end) that still wants one. The binding schedules and moves jobs when a
+        meeting is saved; this catches the one case it cannot: a meeting moved while its job
+        was running (a running job cannot be moved). Keys make planning twice add nothing."""
         # A reminder runs before its meeting: look that far ahead on the meeting's time.
         horizon = end + timedelta(minutes=MAX_REMIND_MINUTES)
         candidates = Meeting.objects.filter(
             **{f"{self.time_field}__gte": start, f"{self.time_field}__lt": horizon}
         )
         for meeting in candidates:
-            run_at = self.run_at(meeting)
-            if start <= run_at < end and self.wanted(meeting, start):
+            run_at = self.binding.run_at_for(meeting)
+            if run_at is not None and start <= run_at < end:
                 yield {
                     "payload": self.payload(meeting),
                     "run_at": run_at,
-                    "key": meeting.job_key(self.kind),
+                    "key": self.binding.key_for(meeting),
+                    "obj": meeting,
                 }
 
-    def execute(self, job: DelayedJob) -> None:
+    def current_meeting(self, job: DelayedJob) -> Meeting | None:
+        """The job's meeting, if the job still applies to it; else ``None``."""
         meeting = Meeting.objects.filter(pk=job.payload["meeting_id"]).first()
         if meeting is None:
             log.info("%s job %s: meeting %s is gone", self.name, job.id, job.payload["meeting_id"])
-            return
-        # A meeting moved while this job was already running: its replacement job will act.
-        if parse_datetime(job.payload[self.time_field]) != self.meeting_time(meeting):
-            log.info("%s job %s: meeting %s has moved, skipped", self.name, job.id, meeting.pk)
-            return
-        self.handle(meeting, job)
+            return None
+        # Moved while this job was already running: the job for the new time will act.
+        if parse_datetime(job.payload[self.time_field]) != getattr(meeting, self.time_field):
+            log.info("%s job %s: meeting %s has moved", self.name, job.id, meeting.pk)
+            return None
+        if not self.wanted(meeting) or not self.still_useful(meeting):
+            log.info("%s job %s: meeting %s is %s", self.name, job.id, meeting.pk, meeting.status)
+            return None
+        return meeting
+
+    def still_useful(self, meeting: Meeting) -> bool:
+        return True
+
+    def should_run(self, job: DelayedJob) -> bool:
+        return self.current_meeting(job) is not None
+
+    def execute(self, job: DelayedJob) -> None:
+        meeting = self.current_meeting(job)
+        if meeting is not None:  # else it changed since should_run() said yes
+            self.handle(meeting, job)
 
     def handle(self, meeting: Meeting, job: DelayedJob) -> None:
         raise NotImplementedError
@@ -87,16 +118,16 @@ class MeetingJob(delayjobs.JobType):
 @delayjobs.register
 class RemindAttendees(MeetingJob):
     name = "meetings.remind"
-    kind = "remind"
+    statuses = frozenset({Status.SCHEDULED})
 
     @classmethod
-    def run_at(cls, meeting: Meeting) -> datetime:
-        return meeting.remind_at
+    def offset(cls, meeting: Meeting) -> timedelta:
+        return -timedelta(minutes=meeting.remind_minutes)
 
-    @classmethod
-    def wanted(cls, meeting: Meeting, now: datetime) -> bool:
-        # A reminder after its time (a meeting created at the last minute) is noise.
-        return meeting.status == Status.SCHEDULED and meeting.remind_at > now
+    def still_useful(self, meeting: Meeting) -> bool:
+        # Late is fine (a meeting created or moved past its reminder time still gets one),
+        # but once the meeting has started, a reminder is noise.
+        return timezone.now() < meeting.starts_at
 
     def handle(self, meeting: Meeting, job: DelayedJob) -> None:
         for attendee in meeting.attendees.all():
@@ -120,11 +151,7 @@ class RemindAttendees(MeetingJob):
 @delayjobs.register
 class StartMeeting(MeetingJob):
     name = "meetings.start"
-    kind = "start"
-
-    @classmethod
-    def wanted(cls, meeting: Meeting, now: datetime) -> bool:
-        return meeting.status == Status.SCHEDULED
+    statuses = frozenset({Status.SCHEDULED})
 
     def handle(self, meeting: Meeting, job: DelayedJob) -> None:
         if Meeting.transition(meeting.pk, {Status.SCHEDULED}, Status.IN_PROGRESS):
@@ -134,12 +161,8 @@ class StartMeeting(MeetingJob):
 @delayjobs.register
 class EndMeeting(MeetingJob):
     name = "meetings.end"
-    kind = "end"
     time_field = "ends_at"
-
-    @classmethod
-    def wanted(cls, meeting: Meeting, now: datetime) -> bool:
-        return meeting.status in {Status.SCHEDULED, Status.IN_PROGRESS}
+    statuses = frozenset({Status.SCHEDULED, Status.IN_PROGRESS})
 
     def handle(self, meeting: Meeting, job: DelayedJob) -> None:
         if Meeting.transition(meeting.pk, {Status.SCHEDULED, Status.IN_PROGRESS}, Status.ENDED):
@@ -147,13 +170,41 @@ class EndMeeting(MeetingJob):
 
 
 MEETING_JOB_TYPES: tuple[type[MeetingJob], ...] = (RemindAttendees, StartMeeting, EndMeeting)
+for meeting_job_type in MEETING_JOB_TYPES:
+    meeting_job_type.bind()
 
 
 @delayjobs.register
 class ExpireRoomRequest(delayjobs.JobType):
+    """Rejects a room request nobody decided on by its ``expires_at``."""
+
     name = "meetings.expire_request"
+    binding: ClassVar[Binding]
+
+    @staticmethod
+    def is_pending(room_request: RoomRequest) -> bool:
+        return room_request.status == RoomRequest.Status.PENDING
+
+    @staticmethod
+    def payload(room_request: RoomRequest) -> dict[str, Any]:
+        return {"room_request_id": room_request.pk}
+
+    def should_run(self, job: DelayedJob) -> bool:
+        # Approving cancels the job through the binding; one approved as the job was
+        # starting ends "skipped" rather than rejected.
+        pk = job.payload["room_request_id"]
+        return RoomRequest.objects.filter(pk=pk, status=RoomRequest.Status.PENDING).exists()
 
     def execute(self, job: DelayedJob) -> None:
         request = RoomRequest.objects.filter(pk=job.payload["room_request_id"]).first()
         if request is not None and request.expire():
             log.info("Room request %s expired unapproved: rejected", request.pk)
+
+
+ExpireRoomRequest.binding = delayjobs.bind(
+    RoomRequest,
+    "expires_at",
+    job_type=ExpireRoomRequest,
+    when=ExpireRoomRequest.is_pending,
+    payload=ExpireRoomRequest.payload,
+)

@@ -8,10 +8,10 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
-from django.db import models, transaction
+from django.db import models
 from django.utils import timezone
 
-import delayjobs
+from sampleproject.common import SavedWithJobs, save_if_status
 
 
 class Room(models.Model):
@@ -24,7 +24,9 @@ class Room(models.Model):
         return self.name
 
 
-class Meeting(models.Model):
+class Meeting(SavedWithJobs):
+    """A meeting: its reminder, start and end jobs are bound to its times (``delay_jobs.py``)."""
+
     class Status(models.TextChoices):
         SCHEDULED = "scheduled", "Scheduled"
         IN_PROGRESS = "in_progress", "In progress"
@@ -51,12 +53,6 @@ class Meeting(models.Model):
     def __str__(self) -> str:
         return self.title
 
-    def save(self, *args: Any, **kwargs: Any) -> None:
-        # The post_save receiver schedules this meeting's jobs; one transaction makes the
-        # meeting and its jobs commit (or roll back) together, whoever calls save().
-        with transaction.atomic():
-            super().save(*args, **kwargs)
-
     def clean(self) -> None:
         if self.starts_at and self.ends_at and self.ends_at <= self.starts_at:
             raise ValidationError({"ends_at": "A meeting must end after it starts."})
@@ -64,10 +60,6 @@ class Meeting(models.Model):
     @property
     def remind_at(self) -> datetime:
         return self.starts_at - timedelta(minutes=self.remind_minutes)
-
-    def job_key(self, kind: str) -> str:
-        """The business key of this meeting's ``kind`` job ("remind", "start" or "end")."""
-        return f"meeting:{self.pk}:{kind}"
 
     def move(self, by: timedelta) -> None:
         """Shift start and end; saving moves the meeting's jobs to the new times."""
@@ -84,7 +76,8 @@ class Meeting(models.Model):
         """Move a meeting to ``to`` if it is in one of ``from_``; report whether it moved.
 
         A conditional UPDATE, not save(): two runs of the same job (at-least-once) or a job
-        racing an edit cannot both win, and no post_save fires to reschedule jobs.
+        racing an edit cannot both win, and the jobs' bindings have nothing to change (the
+        job doing it is running; the others check the status when they run).
         """
         return bool(cls.objects.filter(pk=pk, status__in=from_).update(status=to))
 
@@ -131,7 +124,9 @@ def room_request_timeout() -> timedelta:
     return getattr(settings, "ROOM_REQUEST_TIMEOUT", timedelta(hours=24))
 
 
-class RoomRequest(models.Model):
+class RoomRequest(SavedWithJobs):
+    """A request for a room: its expire job is bound to ``expires_at`` while it is pending."""
+
     class Status(models.TextChoices):
         PENDING = "pending", "Pending"
         APPROVED = "approved", "Approved"
@@ -157,31 +152,20 @@ class RoomRequest(models.Model):
     def save(self, *args: Any, **kwargs: Any) -> None:
         if self.expires_at is None:
             self.expires_at = self.created_at + room_request_timeout()
-        # As for Meeting: the request and its expire job commit together.
-        with transaction.atomic():
-            super().save(*args, **kwargs)
-
-    @property
-    def expire_job_key(self) -> str:
-        return f"room-request:{self.pk}:expire"
+        super().save(*args, **kwargs)
 
     def approve(self) -> bool:
-        """Approve if still pending and cancel the expire job; report whether it was approved."""
-        with transaction.atomic():
-            # Conditional, so an approval racing the expire job cannot undo its rejection.
-            approved = self._decide(self.Status.APPROVED)
-            if approved:
-                delayjobs.cancel(key=self.expire_job_key)
-        return approved
+        """Approve if still pending; report whether it was approved. The expire job's binding
+        sees "pending" turn false and cancels the job."""
+        return save_if_status(
+            self, self.Status.PENDING, status=self.Status.APPROVED, decided_at=timezone.now()
+        )
 
     def expire(self) -> bool:
-        """Reject if still pending; report whether it was rejected."""
-        return self._decide(self.Status.REJECTED)
-
-    def _decide(self, status: str) -> bool:
-        now = timezone.now()
+        """Reject if still pending; report whether it was rejected. Called by the expire job."""
+        # Conditional UPDATE: an approval may race this; exactly one wins (save_if_status).
         changed = RoomRequest.objects.filter(pk=self.pk, status=self.Status.PENDING).update(
-            status=status, decided_at=now
+            status=self.Status.REJECTED, decided_at=timezone.now()
         )
         self.refresh_from_db(fields=["status", "decided_at"])
         return bool(changed)

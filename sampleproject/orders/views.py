@@ -1,4 +1,4 @@
-"""Orders UI: list, place (schedules the close job), pay (cancels it)."""
+"""Orders UI: list, place (its binding schedules the close job), pay (which cancels it)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def order_place(request: HttpRequest) -> HttpResponse:
     form = PlaceOrderForm(request.POST)
     if not form.is_valid():
         return _render_orders(request, form, status=400)
-    order = Order.place(form.cleaned_data["customer"], form.cleaned_data["total"])
+    order = form.save()  # its binding schedules the close job, in the same transaction
     messages.success(request, f"Order {order.pk} placed; it closes unless paid in time.")
     return redirect("orders:list")
 

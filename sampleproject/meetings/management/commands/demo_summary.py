@@ -36,7 +36,7 @@ class Command(BaseCommand):
             attempts[attempt.job_id].append(attempt)
 
         self.stdout.write(
-            f"  {'job':<5} {'type':<24} {'key':<26} {'status':<10} lateness of each attempt"
+            f"  {'job':<5} {'type':<24} {'key':<46} {'status':<10} lateness of each attempt"
         )
         first_lateness: list[float] = []
         for job in DelayedJob.objects.order_by("run_at", "id"):
@@ -45,7 +45,7 @@ class Command(BaseCommand):
                 first_lateness.append(ms(history[0].lateness))
             lateness = ", ".join(f"{ms(a.lateness):.1f} ms ({a.outcome})" for a in history) or "-"
             self.stdout.write(
-                f"  {job.pk:<5} {job.job_type:<24} {job.key or '':<26} {job.status:<10} {lateness}"
+                f"  {job.pk:<5} {job.job_type:<24} {job.key or '':<46} {job.status:<10} {lateness}"
             )
         if first_lateness:
             self.stdout.write(

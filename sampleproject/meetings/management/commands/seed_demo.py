@@ -48,8 +48,8 @@ class Command(BaseCommand):
             ends_at=now + timedelta(hours=2),
             expires_at=now + ROOM_REQUEST_TIMEOUT,
         )
-        Order.place("Erin", Decimal("42.00"))
-        paid = Order.place("Frank", Decimal("17.50"))
+        Order.objects.create(customer="Erin", total=Decimal("42.00"))
+        paid = Order.objects.create(customer="Frank", total=Decimal("17.50"))
         # Paid after its close job was handed to Redis: the consumer may pop it, but the
         # cancelled row cannot be claimed, so the order stays paid.
         paid.pay()
@@ -74,11 +74,11 @@ class Command(BaseCommand):
     def _print_plan(self, now: datetime) -> None:
         self.stdout.write("\nWhat will fire when:")
         self.stdout.write(
-            f"  {'in':>7}  {'at (UTC)':<12}  {'job':<6}  {'type':<24}  {'key':<26}  status"
+            f"  {'in':>7}  {'at (UTC)':<12}  {'job':<6}  {'type':<24}  {'key':<46}  status"
         )
         for job in DelayedJob.objects.order_by("run_at", "id"):
             seconds = (job.run_at - now).total_seconds()
             self.stdout.write(
                 f"  {seconds:>6.1f}s  {clock(job.run_at):<12}  {job.pk:<6}  {job.job_type:<24}  "
-                f"{job.key or '':<26}  {job.status}"
+                f"{job.key or '':<46}  {job.status}"
             )
