@@ -52,17 +52,19 @@ def claim(
     job_types: Sequence[str],
     leases: Mapping[str, timedelta],
     default_lease: timedelta,
+    ahead: timedelta = timedelta(0),
 ) -> list[DelayedJob]:
     """``scheduled -> running`` for the due rows among ``ids``; return the rows won.
 
-    A row is won if it is scheduled, due by ``now`` (plus CLAIM_TOLERANCE) and of a job
-    type this consumer knows (others are left to a consumer that knows them, instead of
-    spending their attempts here). ``now`` doubles as the claim's token: the caller
-    gives every claim a distinct value.
+    A row is won if it is scheduled, due by ``now + ahead`` (plus CLAIM_TOLERANCE) and of
+    a job type this consumer knows (others are left to a consumer that knows them, instead
+    of spending their attempts here). ``now`` doubles as the claim's token: the caller
+    gives every claim a distinct value. With ``ahead``, jobs not due yet are claimed: the
+    caller must not start one before its ``run_at``.
     """
     if not ids:
         return []
-    cutoff = now + CLAIM_TOLERANCE
+    cutoff = now + ahead + CLAIM_TOLERANCE
     database = jobs_database()
     if connections[database].features.has_select_for_update_skip_locked:
         return _claim_skipping_locked(
