@@ -14,7 +14,14 @@ from django.conf import settings as django_settings
 from django.core import checks
 from redis.connection import parse_url
 
-from delayjobs.conf import DEFAULTS, DURATION_SETTINGS, EXECUTORS, as_timedelta, raw_settings
+from delayjobs.conf import (
+    DEFAULTS,
+    DURATION_SETTINGS,
+    EXECUTORS,
+    MAX_CLAIM_AHEAD,
+    as_timedelta,
+    raw_settings,
+)
 from delayjobs.jobtypes import QUEUE_PATTERN
 from delayjobs.redis_store import mask_url
 
@@ -44,6 +51,7 @@ def check_settings(
     messages += _check_redis(config)
     messages += _check_durations(config)
     messages += _check_scalars(config)
+    messages += _check_claim_ahead(config)
     messages += _check_limits(config)
     if not getattr(django_settings, "USE_TZ", False):
         messages.append(
@@ -106,6 +114,22 @@ def _check_redis(config: dict[str, Any]) -> list[checks.CheckMessage]:
                 )
             ]
     return []
+
+
+def _check_claim_ahead(config: dict[str, Any]) -> list[checks.CheckMessage]:
+    raw = config.get("CLAIM_AHEAD", DEFAULTS["CLAIM_AHEAD"])
+    value = as_timedelta(raw)
+    if value is not None and timedelta(0) <= value <= MAX_CLAIM_AHEAD:
+        return []
+    return [
+        checks.Error(
+            f"DELAYJOBS['CLAIM_AHEAD'] must be 0 to {MAX_CLAIM_AHEAD.total_seconds():g} "
+            f"seconds (a number or a timedelta); got {raw!r}.",
+            hint="The default, 0.02 (20 ms), hides the claim's round trips; 0 claims a job "
+            "only once it is due.",
+            id="delayjobs.E014",
+        )
+    ]
 
 
 def _check_durations(config: dict[str, Any]) -> list[checks.CheckMessage]:

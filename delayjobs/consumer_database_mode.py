@@ -39,7 +39,7 @@ class DatabaseMode:
         self._reap_expired_leases(interval)
         open_types = self._open_types()
         with self._cond:
-            free = self._slots.free()
+            free = self._claimable()
             open_queues = [
                 queue
                 for queue in self.queues

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import logging
+import time
 import traceback
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import close_old_connections, connections
@@ -30,15 +31,44 @@ _FALLBACK_JOB_TYPE = JobType()
 LOCKED_RETRY = timedelta(milliseconds=50)
 
 
+#: A timed wait wakes up to about a millisecond late (more on a busy machine); the last
+#: stretch before a job's run_at is spun instead, so that it starts within microseconds.
+SPIN = 0.0005
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+
+
 @dataclass(eq=False)
 class Running:
-    """One execution this consumer started, until its thread returns."""
+    """One execution this consumer claimed, until its thread returns.
+
+    A job may be claimed shortly before its run_at (``CLAIM_AHEAD``): its thread then
+    waits for that moment before it starts it.
+    """
 
     job: DelayedJob
     deadline: float  # time.monotonic() past which it is timed out
     thread_id: int | None = None
     finished: bool = False  # its thread returned; the outcome is being handed over
     timed_out: bool = False  # recorded as timed out; whatever it returns is ignored
+
+
+def due_ns(job: DelayedJob) -> int:
+    """``job.run_at`` in nanoseconds since the epoch, exactly (no float rounding)."""
+    return (job.run_at - _EPOCH) // _MICROSECOND * 1000
+
+
+def wait_until(moment_ns: int) -> None:
+    """Return at ``moment_ns`` (``time.time_ns()``), never before: sleep, then spin.
+
+    The spin checks the very clock ``timezone.now()`` reads, so a job started after this
+    returns has started at or after its run_at, to the microsecond.
+    """
+    remaining = (moment_ns - time.time_ns()) / 1e9 - SPIN
+    if remaining > 0:
+        time.sleep(remaining)
+    while time.time_ns() < moment_ns:
+        pass
 
 
 def time_to_run_of(job: DelayedJob) -> timedelta:

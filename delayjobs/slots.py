@@ -66,9 +66,10 @@ class Slots:
         """The job types among ``job_types`` that may start at least one more job."""
         return [name for name in job_types if self.type_room(name) > 0]
 
-    def budget(self) -> Budget:
-        """A snapshot of the room left, to spend while picking several jobs at once."""
-        return Budget(self)
+    def budget(self, most: int | None = None) -> Budget:
+        """A snapshot of the room left, to spend while picking several jobs at once; at
+        most ``most`` jobs in all, if given."""
+        return Budget(self, most)
 
     def choose(self, candidates: Iterable[Candidate]) -> tuple[list[Candidate], list[Candidate]]:
         """Split due candidates, in due order, into those that fit now and those that do not."""
@@ -102,9 +103,9 @@ class Budget:
     the whole room.
     """
 
-    def __init__(self, slots: Slots) -> None:
+    def __init__(self, slots: Slots, most: int | None = None) -> None:
         self._slots = slots
-        self._free = slots.free()
+        self._free = slots.free() if most is None else min(slots.free(), most)
         self._queues: Counter[str] = Counter()
         self._types: Counter[str] = Counter()
 

@@ -19,6 +19,7 @@ from django.db import IntegrityError, connections, transaction
 from django.db.models import Case, DateTimeField, Exists, F, OuterRef, Q, QuerySet, Value, When
 from django.utils import timezone
 
+from delayjobs.bulk import insert_attempts
 from delayjobs.db import fetch_models, update_returning
 from delayjobs.exceptions import DuplicateJob, InvalidTransition
 from delayjobs.models import (
@@ -52,17 +53,19 @@ def claim(
     job_types: Sequence[str],
     leases: Mapping[str, timedelta],
     default_lease: timedelta,
+    ahead: timedelta = timedelta(0),
 ) -> list[DelayedJob]:
     """``scheduled -> running`` for the due rows among ``ids``; return the rows won.
 
-    A row is won if it is scheduled, due by ``now`` (plus CLAIM_TOLERANCE) and of a job
-    type this consumer knows (others are left to a consumer that knows them, instead of
-    spending their attempts here). ``now`` doubles as the claim's token: the caller
-    gives every claim a distinct value.
+    A row is won if it is scheduled, due by ``now + ahead`` (plus CLAIM_TOLERANCE) and of
+    a job type this consumer knows (others are left to a consumer that knows them, instead
+    of spending their attempts here). ``now`` doubles as the claim's token: the caller
+    gives every claim a distinct value. With ``ahead``, jobs not due yet are claimed: the
+    caller must not start one before its ``run_at``.
     """
     if not ids:
         return []
-    cutoff = now + CLAIM_TOLERANCE
+    cutoff = now + ahead + CLAIM_TOLERANCE
     database = jobs_database()
     if connections[database].features.has_select_for_update_skip_locked:
         return _claim_skipping_locked(
@@ -106,7 +109,7 @@ def _claim_skipping_locked(
     sql = f"""
         WITH locked AS MATERIALIZED (
             SELECT {pk}, {c["status"]}, {c["run_at"]}, {c["job_type"]}, {c["queue"]}
-            FROM {table} WHERE {pk} = ANY(%s) FOR UPDATE SKIP LOCKED
+            FROM {table} WHERE {pk} = ANY(%s::bigint[]) FOR UPDATE SKIP LOCKED
         )
         UPDATE {table} SET
             {c["status"]} = %s,
@@ -127,7 +130,9 @@ def _claim_skipping_locked(
             )
         RETURNING {{columns}}
     """
-    params: list[Any] = [list(ids), JobStatus.RUNNING, worker_id, now]
+    # The ids as an array literal: psycopg would adapt a list in Python, item by item.
+    id_array = "{" + ",".join(str(int(pk)) for pk in ids) + "}"
+    params: list[Any] = [id_array, JobStatus.RUNNING, worker_id, now]
     for name, ttl in leases.items():
         params += [name, now + ttl]
     params += [now + default_lease, JobStatus.SCHEDULED, cutoff, sorted(known)]
@@ -388,7 +393,7 @@ def record_outcomes(outcomes: Sequence[Outcome]) -> list[IndexEntry]:
                 status=status, finished_at=recorded_at, lease_expires_at=None
             )
         # The attempt happened whether or not the fence held, so it is always recorded.
-        JobAttempt.objects.bulk_create(_attempt_row(outcome) for outcome in outcomes)
+        insert_attempts([_attempt_row(outcome) for outcome in outcomes], jobs_database())
     return retries
 
 
@@ -426,17 +431,19 @@ def _running(
     )
 
 
-def _attempt_row(outcome: Outcome) -> JobAttempt:
-    return JobAttempt(
-        job_id=outcome.job.pk,
-        number=outcome.job.attempts,
-        worker_id=outcome.worker_id,
-        started_at=outcome.started_at,
-        finished_at=outcome.finished_at,
-        outcome=outcome.attempt_outcome,
-        error=outcome.error,
-        traceback=outcome.traceback,
-        lateness=outcome.started_at - outcome.job.run_at,
+def _attempt_row(outcome: Outcome) -> tuple[object, ...]:
+    """The attempt row of an outcome, in ``bulk.ATTEMPT_FIELDS`` order."""
+    job = outcome.job
+    return (
+        job.pk,
+        job.attempts,
+        outcome.worker_id,
+        outcome.started_at,
+        outcome.finished_at,
+        outcome.attempt_outcome.value,
+        outcome.error,
+        outcome.traceback,
+        outcome.started_at - job.run_at,
     )
 
 

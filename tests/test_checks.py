@@ -311,3 +311,15 @@ def test_default_retry_delay_backs_off_exponentially_with_jitter_and_a_cap():
         assert ceiling / 2 <= delay <= ceiling
     job.attempts = 10_000  # never overflows, never exceeds the cap
     assert jobtype.retry_delay(job, RuntimeError()) <= delayjobs.JobType.retry_backoff_cap
+
+
+@pytest.mark.parametrize("value", [-0.001, 6, "0.02", timedelta(seconds=-1)])
+def test_e014_bad_claim_ahead(delayjobs_settings, value):
+    delayjobs_settings(CLAIM_AHEAD=value)
+    assert ids(check_settings()) == ["delayjobs.E014"]
+
+
+@pytest.mark.parametrize("value", [0, 0.05, timedelta(milliseconds=20)])
+def test_claim_ahead_may_be_zero_or_a_timedelta(delayjobs_settings, value):
+    delayjobs_settings(CLAIM_AHEAD=value)
+    assert check_settings() == []

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import redis
 from django.core.management import CommandError, call_command
+from django.db import transaction
 from django.utils import timezone
 
 import delayjobs
@@ -394,3 +395,110 @@ def test_cli_refusals_exit_nonzero_with_the_reason(
     consumer = consumer_process(*args)
     assert consumer.wait(timeout=30) != 0
     assert message in consumer.output()
+
+
+# Claiming ahead ------------------------------------------------------------------------
+
+AHEAD = json.dumps({"CLAIM_AHEAD": 5})  # every job below is claimed well before it is due
+
+
+def test_a_job_claimed_ahead_starts_at_its_run_at_not_before(
+    consumer_process: ConsumerFactory, redis_client: redis.Redis
+) -> None:
+    consumer = consumer_process("--no-preload", env={"DELAYJOBS_TEST_OVERRIDES": AHEAD})
+    wait_listening(redis_client, [consumer])
+
+    jobs = [
+        delayjobs.schedule(SCRIPTED, run_at=timezone.now() + timedelta(seconds=s))
+        for s in (1.0, 0.5, 1.5)
+    ]
+    wait_final([job.pk for job in jobs], [consumer])
+
+    executions = {execution.job_id: execution for execution in Execution.objects.all()}
+    for job in jobs:
+        job.refresh_from_db()
+        assert job.status == JobStatus.SUCCEEDED
+        assert job.started_at < job.run_at, "the claim (the row's started_at) was not early"
+        assert executions[job.pk].started_at >= job.run_at, "started before it was due"
+        (attempt,) = job.history.all()
+        assert attempt.started_at >= job.run_at
+        assert attempt.lateness >= timedelta(0)
+
+
+def test_cancel_after_an_early_claim_says_running_and_the_job_runs(
+    consumer_process: ConsumerFactory, redis_client: redis.Redis
+) -> None:
+    # The documented choice: once claimed (early or not), a job is running; cancel()
+    # returns 0 and changes nothing, so a cancel that reports success never loses a race.
+    consumer = consumer_process("--no-preload", env={"DELAYJOBS_TEST_OVERRIDES": AHEAD})
+    wait_listening(redis_client, [consumer])
+
+    job = delayjobs.schedule(SCRIPTED, run_at=timezone.now() + timedelta(seconds=2))
+    wait_for(
+        lambda: DelayedJob.objects.filter(pk=job.pk, status=JobStatus.RUNNING).exists(),
+        message="the job was not claimed ahead of its run_at",
+    )
+    assert not Execution.objects.filter(job_id=job.pk).exists()
+    assert delayjobs.cancel(job) == 0
+    wait_final([job.pk], [consumer])
+
+    job.refresh_from_db()
+    assert job.status == JobStatus.SUCCEEDED
+    (execution,) = Execution.objects.filter(job_id=job.pk)
+    assert execution.started_at >= job.run_at
+
+
+def test_a_job_cancelled_before_its_claim_never_runs(
+    consumer_process: ConsumerFactory, redis_client: redis.Redis
+) -> None:
+    consumer = consumer_process("--no-preload", env={"DELAYJOBS_TEST_OVERRIDES": AHEAD})
+    wait_listening(redis_client, [consumer])
+
+    with transaction.atomic():  # committed together: no consumer sees the first alone
+        cancelled = delayjobs.schedule(SCRIPTED, run_at=timezone.now() + timedelta(seconds=1))
+        assert delayjobs.cancel(cancelled) == 1
+        witness = delayjobs.schedule(SCRIPTED, run_at=timezone.now() + timedelta(seconds=1))
+    wait_final([witness.pk], [consumer])
+
+    cancelled.refresh_from_db()
+    assert cancelled.status == JobStatus.CANCELLED
+    assert not Execution.objects.filter(job_id=cancelled.pk).exists()
+
+
+def test_a_consumer_claims_ahead_only_for_idle_threads_and_short_jobs() -> None:
+    from delayjobs.consumer import PREFETCH, PREFETCH_BUDGET, Consumer
+
+    consumer = Consumer(queues=[QUEUE], concurrency=2)
+    try:
+        # Nothing known about how long jobs take: one per idle thread.
+        assert consumer._free() == 2
+        with consumer._cond:
+            consumer._note_run_time(0.0001)  # no-op jobs: PREFETCH per idle thread
+        assert consumer._free() == 2 * PREFETCH
+        with consumer._cond:
+            for _ in range(5):
+                consumer._slots.take(QUEUE, SCRIPTED)
+            consumer._busy = 1  # one thread runs a job; four wait for a thread
+        assert consumer._free() == PREFETCH - 4
+        with consumer._cond:
+            consumer._busy = 2  # every thread busy: nothing more is claimed
+        assert consumer._free() == 0
+
+        # Slow jobs: a second each. The average follows and no job is claimed to wait
+        # behind another in a thread (it could run on another consumer meanwhile).
+        slow = Consumer(queues=[QUEUE], concurrency=2)
+        try:
+            with slow._cond:
+                slow._note_run_time(0.0001)
+                for _ in range(200):
+                    slow._note_run_time(1.0)
+            assert slow._prefetch() == 1
+            assert slow._free() == 2
+            with slow._cond:
+                slow._note_run_time(PREFETCH_BUDGET / 3)
+                slow._average_run = PREFETCH_BUDGET / 3
+            assert slow._prefetch() == 3
+        finally:
+            slow._workers.stop()
+    finally:
+        consumer._workers.stop()

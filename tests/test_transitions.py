@@ -217,6 +217,39 @@ def test_success_marks_the_job_succeeded_and_writes_an_attempt_row():
     assert attempt.lateness == claimed.started_at - job.run_at
 
 
+def test_one_batch_records_every_kind_of_end_with_one_attempt_row_each():
+    jobs = [due_job(max_attempts=1) for _ in range(3)] + [due_job(max_attempts=3)]
+    now = timezone.now()
+    claimed = {job.pk: job for job in claim_as("worker-a", [job.pk for job in jobs], now=now)}
+    ok, also_ok, failed, retried = (claimed[job.pk] for job in jobs)
+    retry_at = now + timedelta(seconds=9)
+    retries = record_outcomes(
+        [
+            outcome(ok, "worker-a"),
+            outcome(also_ok, "worker-a"),
+            outcome(failed, "worker-a", error="E: x", traceback="tb x"),
+            outcome(retried, "worker-a", error="E: y", traceback="tb y", retry_at=retry_at),
+        ]
+    )
+    assert retries == [(retried.pk, "default", retry_at.timestamp())]
+    expected = {
+        ok.pk: (JobStatus.SUCCEEDED, AttemptOutcome.SUCCEEDED, ""),
+        also_ok.pk: (JobStatus.SUCCEEDED, AttemptOutcome.SUCCEEDED, ""),
+        failed.pk: (JobStatus.FAILED, AttemptOutcome.FAILED, "E: x"),
+        retried.pk: (JobStatus.SCHEDULED, AttemptOutcome.RETRYING, "E: y"),
+    }
+    for job in jobs:
+        job.refresh_from_db()
+        [attempt] = JobAttempt.objects.filter(job=job)
+        assert (job.status, attempt.outcome, attempt.error) == expected[job.pk]
+        assert (attempt.number, attempt.worker_id) == (1, "worker-a")
+        assert attempt.started_at == now
+        assert attempt.finished_at == now + timedelta(milliseconds=5)
+        assert attempt.lateness == now - claimed[job.pk].run_at
+    tracebacks = dict(JobAttempt.objects.values_list("job_id", "traceback"))
+    assert tracebacks == {ok.pk: "", also_ok.pk: "", failed.pk: "tb x", retried.pk: "tb y"}
+
+
 def test_failure_with_attempts_left_schedules_a_retry():
     job = due_job()
     [claimed] = claim_as("worker-a", [job.pk])
