@@ -28,6 +28,7 @@ import threading
 import time
 from datetime import timedelta
 
+from django.core.exceptions import ImproperlyConfigured
 from django.db import InterfaceError, OperationalError, connections
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
@@ -42,6 +43,7 @@ from delayjobs.execution import (
     time_to_run_of,
 )
 from delayjobs.handoff import index_due_soon
+from delayjobs.jobtypes import registry
 from delayjobs.models import DelayedJob
 from delayjobs.transitions import Outcome
 
@@ -52,6 +54,17 @@ logger = logging.getLogger("delayjobs.consumer")
 RECORD_PATIENCE = 30.0
 #: The least time between two lease renewals, whatever the job type's time_to_run.
 MIN_HEARTBEAT = 0.5
+
+
+def check_available() -> None:
+    """Fail at start, not per job, when Celery or its task module cannot be imported."""
+    try:
+        import delayjobs.tasks  # noqa: F401
+    except ImportError as exc:
+        raise ImproperlyConfigured(
+            f"The Celery executor needs Celery ({exc}): pip install 'django-delayjobs[celery]', "
+            f"and a Celery app that autodiscovers delayjobs.tasks."
+        ) from None
 
 
 def dispatch(job: DelayedJob, claimed_by: str) -> Outcome | None:
@@ -95,6 +108,17 @@ def run_dispatched(
     probe = DelayedJob.objects.filter(pk=job_id).only("job_type").first()
     if probe is None:
         return "gone"
+    if probe.job_type not in registry:
+        # A worker deployed without this job type (a rolling deploy): leave the claim to
+        # its lease, so that it runs on a worker that knows it, instead of failing here.
+        logger.error(
+            "Job %s: this Celery worker does not know job type %r; leaving it to its lease. "
+            "Known: %s.",
+            job_id,
+            probe.job_type,
+            ", ".join(registry.names()),
+        )
+        return "unknown job type"
     time_to_run = time_to_run_of(probe)
     job = transitions.take_over(
         job_id,
@@ -115,8 +139,19 @@ def run_dispatched(
         return "stale"
     with _Heartbeat(job, worker_id, time_to_run):
         outcome = run_claimed(job, worker_id)
-    signal_outcome(outcome)
-    _record(outcome)
+    if not _record(outcome):
+        logger.warning(
+            "Job %s attempt %d returned after its lease had expired (it ran past its "
+            "time_to_run of %s, or the database was away); its outcome (%s) is ignored "
+            "[trace %s]",
+            job.pk,
+            job.attempts,
+            time_to_run,
+            outcome.error or outcome.attempt_outcome.value,
+            job.trace_id,
+        )
+        return "ignored"
+    signal_outcome(outcome)  # after the write: only for an attempt the database kept
     return outcome.attempt_outcome.value
 
 
@@ -155,9 +190,11 @@ class _Heartbeat:
                         self._time_to_run,
                     )
                     return
+                # Never past the deadline: a hung job is reaped time_to_run after it began.
+                left = timedelta(seconds=self._deadline - time.monotonic())
                 try:
                     transitions.renew_leases(
-                        {self._time_to_run: [self._job.pk]}, worker_id=self._worker_id
+                        {min(left, self._time_to_run): [self._job.pk]}, worker_id=self._worker_id
                     )
                 except (OperationalError, InterfaceError) as exc:
                     logger.warning("Could not renew the lease of job %s: %s", self._job.pk, exc)
@@ -165,13 +202,14 @@ class _Heartbeat:
             connections.close_all()
 
 
-def _record(outcome: Outcome) -> None:
-    """Write the outcome, waiting out a database restart for a while; index a retry."""
+def _record(outcome: Outcome) -> bool:
+    """Write the outcome if its claim still holds, waiting out a database restart for a
+    while, and index a retry; whether it was written."""
     give_up = time.monotonic() + RECORD_PATIENCE
     delay = 0.1
     while True:
         try:
-            retries = transitions.record_outcomes([outcome])
+            retries = transitions.record_outcome_if_held(outcome)
             break
         except (OperationalError, InterfaceError) as exc:
             if time.monotonic() > give_up:
@@ -181,11 +219,14 @@ def _record(outcome: Outcome) -> None:
                     outcome.job.attempts,
                     exc,
                 )
-                return
+                return False
             connections.close_all()
             time.sleep(delay)  # backoff while the database is away, not a test wait
             delay = min(delay * 2, 5.0)
+    if retries is None:
+        return False
     index_due_soon(retries)
+    return True
 
 
 def celery_worker_id(hostname: str | None) -> str:

@@ -92,6 +92,9 @@ PREFETCH = 10
 PREFETCH_BUDGET = 0.005
 #: Weight of the latest execution in the running average of execution times.
 AVERAGE_WEIGHT = 0.05
+#: With the Celery executor, how often to look whether Celery workers took the jobs
+#: handed to them over (each one taken over frees its slot for the next claim).
+HANDOVER_POLL = 0.05
 #: The GIL is handed between threads at most this often (CPython's default is 5 ms). A
 #: worker waking up to start a due job waits for it while another thread runs Python, so
 #: the default would make a job up to 5 ms late whenever the recorder or a claim is busy.
@@ -124,6 +127,8 @@ class Consumer(DatabaseMode, TimeOuts):
         self.executor = executor or settings.EXECUTOR
         if self.executor not in EXECUTORS:
             raise ValueError(f"executor must be one of {EXECUTORS}, got {self.executor!r}")
+        if self.executor == "celery":
+            celery_executor.check_available()
         self.store = store or get_store()
         self.processed = 0
         self.exit_code = 0
@@ -136,6 +141,13 @@ class Consumer(DatabaseMode, TimeOuts):
         # a job finishing during a graceful shutdown is not taken over by another consumer.
         self._drained = threading.Event()
         self._in_flight: dict[int, Running] = {}
+        # Celery executor: jobs published to Celery and not taken over by a worker yet.
+        # Each keeps its slot, so that the broker never holds more than this consumer's
+        # slots of claimed jobs whose leases run (backpressure), and its lease is renewed
+        # here meanwhile, so that a long broker queue costs no attempt. A job no worker
+        # took over within its time_to_run is let go: its lease then expires.
+        self._handed_over: dict[int, tuple[Running, float]] = {}
+        self._next_handover_check = 0.0
         self._busy = 0  # threads that took a job and have not returned from it
         # Running average of how long an execution takes, in seconds (None: none yet),
         # which decides how many jobs an idle thread is given at once (see PREFETCH).
@@ -264,6 +276,9 @@ class Consumer(DatabaseMode, TimeOuts):
                 seen = self._wake_seq
             next_timeout = self._time_out_overdue()
             try:
+                handover_wait = self._check_handed_over()
+                if handover_wait is not None:
+                    next_timeout = min(next_timeout or handover_wait, handover_wait)
                 self._refresh_pauses()
                 if self._database_mode:
                     wait = self._database_turn()
@@ -518,7 +533,9 @@ class Consumer(DatabaseMode, TimeOuts):
                         running.finished = True
                         timed_out = running.timed_out
                         self._note_run_time(time.monotonic() - began)
-                    return
+                        if not timed_out:
+                            self._hand_over(running)
+                            return
             else:
                 outcome = run_claimed(job, self.worker_id)
             with self._cond:
@@ -549,6 +566,8 @@ class Consumer(DatabaseMode, TimeOuts):
         """Give back the slots of an execution whose thread is done with it."""
         job = running.job
         with self._cond:
+            if running.handed_over:
+                return  # its slot stays taken until a Celery worker takes the job over
             if timed_out:
                 self._stuck.discard(running)
             else:
@@ -558,6 +577,54 @@ class Consumer(DatabaseMode, TimeOuts):
             self.processed += 1
             self._wake_seq += 1
             self._cond.notify_all()
+
+    def _hand_over(self, running: Running) -> None:
+        """A job published to Celery: its thread is free, its slot is not (lock held)."""
+        job = running.job
+        running.handed_over = True
+        self._in_flight.pop(job.pk, None)
+        self._handed_over[job.pk] = (running, time.monotonic())
+        self._busy -= 1
+        self._wake_seq += 1
+        self._cond.notify_all()
+
+    def _check_handed_over(self) -> float | None:
+        """Free the slots of jobs Celery workers took over (or that waited too long);
+        seconds until the next look, None if nothing is waiting."""
+        with self._cond:
+            if not self._handed_over:
+                return None
+            waiting = dict(self._handed_over)
+        now = time.monotonic()
+        if now < self._next_handover_check:
+            return self._next_handover_check - now
+        self._next_handover_check = now + HANDOVER_POLL
+        still_ours = transitions.still_claimed(
+            [running.job for running, _ in waiting.values()], worker_id=self.worker_id
+        )
+        let_go = []
+        with self._cond:
+            for pk, (running, handed_at) in waiting.items():
+                overdue = now - handed_at > time_to_run_of(running.job).total_seconds()
+                if pk in still_ours and not overdue:
+                    continue
+                if pk in still_ours:
+                    let_go.append(running.job)
+                del self._handed_over[pk]
+                self._slots.release(running.job.queue, running.job.job_type)
+                self.processed += 1
+                self._wake_seq += 1
+            self._cond.notify_all()
+        for job in let_go:
+            logger.warning(
+                "Job %s attempt %d: no Celery worker took it over within its time_to_run; "
+                "its lease is no longer renewed, so it runs again once the lease expires "
+                "[trace %s]",
+                job.pk,
+                job.attempts,
+                job.trace_id,
+            )
+        return HANDOVER_POLL
 
     # Helper threads -------------------------------------------------------------------
 
@@ -601,6 +668,7 @@ class Consumer(DatabaseMode, TimeOuts):
                 logger.warning("Could not record the heartbeat (%s); retrying.", exc)
             with self._cond:
                 running = [execution.job for execution in self._in_flight.values()]
+                running += [execution.job for execution, _ in self._handed_over.values()]
             if not running:
                 continue
             by_lease: dict[timedelta, list[int]] = defaultdict(list)

@@ -51,6 +51,7 @@ class Running:
     thread_id: int | None = None
     finished: bool = False  # its thread returned; the outcome is being handed over
     timed_out: bool = False  # recorded as timed out; whatever it returns is ignored
+    handed_over: bool = False  # published to Celery: its slot is freed once taken over
 
 
 def due_ns(job: DelayedJob) -> int:
@@ -138,6 +139,10 @@ def run_claimed(job: DelayedJob, worker_id: str) -> Outcome:
         else:
             signals.send(signals.job_started, job)
             result = _storable_result(jobtype.execute(job))
+    except UnstorableResult as exc:
+        # The work is done, its side effects happened: running it again would repeat them.
+        error = describe(exc)
+        tb = storable(traceback.format_exc())
     except BaseException as exc:  # a job's SystemExit must not end the consumer
         error = describe(exc)
         tb = storable(traceback.format_exc())
@@ -168,14 +173,18 @@ def _too_late(job: DelayedJob, jobtype: JobType, now: datetime) -> bool:
     return limit is not None and now - job.run_at > limit
 
 
+class UnstorableResult(TypeError):
+    """``execute`` returned a value a JSON column cannot hold: the job fails, unretried."""
+
+
 def _storable_result(value: Any) -> Any:
     if value is None:
         return None
     try:
         return storable_json(value, "The value execute() returned")
     except InvalidJob as exc:
-        # Failing the attempt, rather than dropping the value, tells the author at once.
-        raise TypeError(str(exc)) from None
+        # Failing the job, rather than dropping the value, tells the author at once.
+        raise UnstorableResult(str(exc)) from None
 
 
 def retry_at_after(job: DelayedJob, exc: BaseException) -> datetime | None:

@@ -207,8 +207,8 @@ def claim_due(
 ) -> list[DelayedJob]:
     """Claim due jobs straight from the database, without Redis (Redis-down mode).
 
-    Reads up to ``limit`` due rows of ``queues`` and ``job_types`` by priority, then in
-    due order, lets
+    Reads up to ``limit`` due rows of ``queues`` and ``job_types`` in due order (by the
+    index; the higher priority first among them), lets
     ``choose`` keep those that fit the consumer's slots, and claims them, in one
     transaction. On PostgreSQL the rows read are locked with SKIP LOCKED, so consumers
     polling together each get different rows instead of racing for the same ones; the
@@ -224,7 +224,7 @@ def claim_due(
         run_at__lte=now,
         queue__in=queues,
         job_type__in=job_types,
-    ).order_by("-priority", "run_at", "id")  # all are due: the most urgent kind first
+    ).order_by("run_at", "id")  # the partial index scheduled_due, never a sort of the backlog
     if not connections[database].features.has_select_for_update_skip_locked:
         # No row locks to take (SQLite locks the database): read, then claim conditionally.
         # Not in one transaction, whose write after a read would fail to upgrade its lock
@@ -253,8 +253,10 @@ def _claim_chosen(
     leases: Mapping[str, timedelta],
     default_lease: timedelta,
 ) -> list[DelayedJob]:
-    rows = due.values_list("pk", "queue", "job_type")[:limit]
-    chosen = choose([Candidate(pk, queue, job_type) for pk, queue, job_type in rows])
+    rows = due.values_list("pk", "queue", "job_type", "priority")[:limit]
+    # All are due: among them, the higher priority first (stable: due order otherwise).
+    ordered = sorted(rows, key=lambda row: -row[3])
+    chosen = choose([Candidate(pk, queue, job_type) for pk, queue, job_type, _ in ordered])
     return claim(
         [candidate.pk for candidate in chosen],
         worker_id=worker_id,
@@ -285,6 +287,17 @@ def renew_leases(jobs_by_lease: Mapping[timedelta, Iterable[int]], *, worker_id:
             pk__in=list(ids), status=JobStatus.RUNNING, worker_id=worker_id
         ).update(lease_expires_at=now + lease)
     return renewed
+
+
+def still_claimed(jobs: Sequence[DelayedJob], *, worker_id: str) -> set[int]:
+    """Which of these jobs, claimed by ``worker_id``, still run that very claim."""
+    if not jobs:
+        return set()
+    claimed = DelayedJob.objects.filter(
+        pk__in=[job.pk for job in jobs], status=JobStatus.RUNNING, worker_id=worker_id
+    ).values_list("pk", "attempts", "started_at")
+    claims = {(job.pk, job.attempts, job.started_at) for job in jobs}
+    return {pk for pk, attempts, started_at in claimed if (pk, attempts, started_at) in claims}
 
 
 def take_over(
@@ -357,6 +370,23 @@ class Outcome:
         if self.succeeded:
             return AttemptOutcome(self.final_status.value)
         return AttemptOutcome.RETRYING if self.retry_at else AttemptOutcome.FAILED
+
+
+def record_outcome_if_held(outcome: Outcome) -> list[IndexEntry] | None:
+    """Write one execution only if its claim still holds; None (nothing written) if not.
+
+    For an execution nobody watched over (a Celery worker's): if its lease expired and
+    the reaper recorded the attempt as ``lease_expired`` and moved the job on, its late
+    return must not add a contradicting attempt row, nor count at all.
+    """
+    job = outcome.job
+    with transaction.atomic(using=jobs_database()):
+        held = (
+            _running([job.pk], job.attempts, outcome.worker_id, job.started_at)
+            .select_for_update()
+            .exists()
+        )
+        return record_outcomes([outcome]) if held else None
 
 
 def record_outcomes(outcomes: Sequence[Outcome]) -> list[IndexEntry]:

@@ -72,7 +72,9 @@ DELAYJOBS = {
 }
 # The Celery executor's tests start a real Celery worker (sampleproject's app) on the
 # tests' Redis, in another database than delayjobs' keys.
-CELERY_BROKER_URL = urlsplit(SERVICES.redis_url)._replace(path="/1").geturl()
+CELERY_BROKER_URL = os.environ.get("DELAYJOBS_TEST_CELERY_BROKER") or (
+    urlsplit(SERVICES.redis_url)._replace(path="/1").geturl()
+)
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 

@@ -138,6 +138,115 @@ def test_the_preloader_runs_as_a_celery_task(
     wait_for(lambda: redis_client.zscore(due_key("default"), str(job.pk)) is not None)
 
 
+def hold_payload(release: Path, *attempts: int) -> dict[str, object]:
+    return {"hold_attempts": list(attempts), "release_file": str(release)}
+
+
+def lease_of(job: DelayedJob) -> object:
+    return DelayedJob.objects.filter(pk=job.pk).values_list("lease_expires_at", flat=True)[0]
+
+
+@pytest.mark.subprocess
+def test_a_celery_worker_renews_the_lease_of_a_long_job(
+    consumer_process: ConsumerFactory,
+    celery_worker_process: Callable[[], ConsumerProcess],
+    tmp_path: Path,
+) -> None:
+    # tests.scripted has a time_to_run (and lease) of 2 s; the job is held past a renewal.
+    worker = celery_worker_process()
+    consumer = consumer_process("--executor", "celery")
+    release = tmp_path / "release"
+    job = delayjobs.schedule(SCRIPTED, hold_payload(release, 1))
+    wait_for(lambda: Execution.objects.filter(job_id=job.pk).exists())
+    first_lease = lease_of(job)
+    wait_for(lambda: lease_of(job) != first_lease, message="the lease was never renewed")
+    release.touch()
+
+    wait_final([job.pk], [consumer, worker])
+    assert list(JobAttempt.objects.filter(job=job).values_list("number", "outcome")) == [
+        (1, AttemptOutcome.SUCCEEDED)
+    ]
+    assert DelayedJob.objects.get(pk=job.pk).status == JobStatus.SUCCEEDED
+
+
+@pytest.mark.subprocess
+def test_a_hung_celery_job_is_reaped_and_its_late_return_ignored(
+    consumer_process: ConsumerFactory,
+    celery_worker_process: Callable[[], ConsumerProcess],
+    tmp_path: Path,
+) -> None:
+    worker = celery_worker_process()
+    consumer = consumer_process("--executor", "celery")
+    release = tmp_path / "release"
+    job = delayjobs.schedule(SCRIPTED, hold_payload(release, 1))
+    # The worker stops renewing at time_to_run; the pre-loader's reaper takes it back and
+    # attempt 2 (not held) runs while attempt 1 still hangs.
+    wait_for(lambda: Execution.objects.filter(job_id=job.pk, attempt=2).exists(), timeout=30)
+    wait_final([job.pk], [consumer, worker])
+    release.touch()
+    wait_output(worker, "returned after its lease had expired")
+
+    assert list(
+        JobAttempt.objects.filter(job=job).order_by("number").values_list("number", "outcome")
+    ) == [(1, AttemptOutcome.LEASE_EXPIRED), (2, AttemptOutcome.SUCCEEDED)]
+    assert DelayedJob.objects.get(pk=job.pk).status == JobStatus.SUCCEEDED
+
+
+@pytest.mark.subprocess
+def test_jobs_wait_in_delayjobs_not_in_the_broker_and_cost_no_attempt(
+    consumer_process: ConsumerFactory,
+    celery_worker_process: Callable[[], ConsumerProcess],
+) -> None:
+    # No Celery worker yet: the consumer publishes only as many jobs as it has slots, and
+    # renews their leases while they wait in the broker.
+    consumer = consumer_process("--executor", "celery", "--concurrency", "2")
+    jobs = delayjobs.schedule_many([{"job_type": SCRIPTED} for _ in range(10)])
+    ids = [job.pk for job in jobs]
+    running = DelayedJob.objects.filter(pk__in=ids, status=JobStatus.RUNNING)
+    wait_for(lambda: running.count() == 2)
+    published = list(running)
+    wait_for(
+        lambda: all(lease_of(job) != job.lease_expires_at for job in published),
+        message="the consumer did not renew the leases of the jobs it published",
+    )
+    assert running.count() == 2
+    assert DelayedJob.objects.filter(pk__in=ids, status=JobStatus.SCHEDULED).count() == 8
+
+    worker = celery_worker_process()
+    wait_final(ids, [consumer, worker])
+    assert set(DelayedJob.objects.filter(pk__in=ids).values_list("status", flat=True)) == {
+        JobStatus.SUCCEEDED
+    }
+    assert list(JobAttempt.objects.filter(job_id__in=ids).values_list("outcome", flat=True)) == [
+        AttemptOutcome.SUCCEEDED
+    ] * len(ids)
+
+
+@pytest.mark.subprocess
+def test_a_job_whose_task_cannot_be_published_fails_its_attempt(
+    consumer_process: ConsumerFactory,
+) -> None:
+    # A broker nobody listens on: port 9 (discard) on the loopback, refused at once.
+    consumer = consumer_process(
+        "--executor",
+        "celery",
+        env={"DELAYJOBS_TEST_CELERY_BROKER": "redis://127.0.0.1:9/1"},
+    )
+    job = delayjobs.schedule(SCRIPTED, {"n": 1})
+
+    wait_final([job.pk], [consumer], timeout=90)
+    job.refresh_from_db()
+    assert job.status == JobStatus.FAILED  # max_attempts = 3, each one refused
+    attempts = list(JobAttempt.objects.filter(job=job).order_by("number"))
+    assert [a.outcome for a in attempts] == [
+        AttemptOutcome.RETRYING,
+        AttemptOutcome.RETRYING,
+        AttemptOutcome.FAILED,
+    ]
+    assert all("Publishing the Celery task failed" in a.traceback for a in attempts)
+    assert not Execution.objects.exists()
+
+
 def claimed(job: DelayedJob, worker_id: str = "consumer-a") -> DelayedJob:
     (row,) = transitions.claim(
         [job.pk],

@@ -20,7 +20,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 import delayjobs
-from delayjobs import stats, transitions
+from delayjobs import signals, stats, transitions
+from delayjobs.execution import run_claimed, signal_outcome
 from delayjobs.jobtypes import registry, validate_job_type_class
 from delayjobs.models import AttemptOutcome, DelayedJob, JobAttempt, JobStatus
 from tests.conftest import ConsumerFactory
@@ -130,10 +131,13 @@ class TestEndsInAConsumer:
         assert (returns_nothing.status, returns_nothing.result) == (JobStatus.SUCCEEDED, None)
         # A value that cannot be stored fails the attempt, saying why, rather than vanishing.
         unstorable.refresh_from_db()
+        # It failed for good after one execution: its side effects happened, and running
+        # it again would repeat them.
         assert unstorable.status == JobStatus.FAILED
         assert unstorable.result is None
+        assert "UnstorableResult" in unstorable.last_error
         assert "JSON-serializable" in unstorable.last_error
-        assert Execution.objects.filter(job_id=unstorable.pk).count() == 2
+        assert Execution.objects.filter(job_id=unstorable.pk).count() == 1
 
         # retry() starts afresh: the previous run's result goes.
         transitions.retry(returns)
@@ -248,13 +252,59 @@ def test_the_database_claim_takes_higher_priority_first() -> None:
     claimed = transitions.claim_due(
         queues=["default"],
         job_types=registry.names(),
-        limit=2,
-        choose=lambda candidates: candidates,
+        limit=3,
+        choose=lambda candidates: candidates[:2],  # room for two of the three
         worker_id="worker-a",
         now=timezone.now(),
         leases={},
         default_lease=timedelta(minutes=1),
     )
-    # All three are due: priority decides, and due order within the same priority.
-    assert [job.pk for job in claimed] == [high.pk, normal.pk]
+    # All three are due and read (in due order, by the index): priority decides which
+    # two get the room, and due order within the same priority.
+    assert sorted(job.pk for job in claimed) == sorted([high.pk, normal.pk])
     assert DelayedJob.objects.get(pk=low.pk).status == JobStatus.SCHEDULED
+
+
+@pytest.mark.django_db(transaction=True)  # run_claimed closes old connections, as per job
+def test_skipped_and_expired_send_their_own_signals() -> None:
+    received: list[tuple[str, int, dict[str, object]]] = []
+
+    def receiver(name: str):
+        def receive(sender: object, job: DelayedJob, **kwargs: object) -> None:
+            received.append((name, job.pk, kwargs))
+
+        return receive
+
+    skipped_receiver, expired_receiver, started_receiver = (
+        receiver("skipped"),
+        receiver("expired"),
+        receiver("started"),
+    )
+    signals.job_skipped.connect(skipped_receiver, sender=DelayedJob)
+    signals.job_expired.connect(expired_receiver, sender=DelayedJob)
+    signals.job_started.connect(started_receiver, sender=DelayedJob)
+    try:
+        skipped = delayjobs.schedule(CONDITIONAL, {"run": False})
+        expired = delayjobs.schedule(EXPIRING, run_at=timezone.now() - timedelta(minutes=5))
+        for job in (skipped, expired):
+            (row,) = transitions.claim(
+                [job.pk],
+                worker_id="w",
+                now=timezone.now(),
+                job_types=registry.names(),
+                leases={},
+                default_lease=timedelta(minutes=1),
+            )
+            signal_outcome(run_claimed(row, "w"))
+    finally:
+        signals.job_skipped.disconnect(skipped_receiver, sender=DelayedJob)
+        signals.job_expired.disconnect(expired_receiver, sender=DelayedJob)
+        signals.job_started.disconnect(started_receiver, sender=DelayedJob)
+
+    # Neither started: should_run and max_lateness are asked before job_started.
+    assert [(name, pk) for name, pk, _ in received] == [
+        ("skipped", skipped.pk),
+        ("expired", expired.pk),
+    ]
+    lateness = received[1][2]["lateness"]
+    assert isinstance(lateness, timedelta) and lateness > timedelta(minutes=5)

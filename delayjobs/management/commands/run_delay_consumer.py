@@ -5,6 +5,7 @@ import sys
 from argparse import ArgumentParser
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 
 from delayjobs.conf import settings
@@ -97,7 +98,10 @@ class Command(BaseCommand):
             ),
         }
         configure_logging(verbosity, self.stdout)
-        consumer = Consumer(**consumer_options)
+        try:
+            consumer = Consumer(**consumer_options)
+        except ImproperlyConfigured as exc:
+            raise CommandError(str(exc)) from None
         signal.signal(signal.SIGTERM, consumer.request_stop)
         signal.signal(signal.SIGINT, consumer.request_stop)
         exit_code = consumer.run()
