@@ -501,7 +501,7 @@ class Consumer(DatabaseMode, TimeOuts):
 
     def _idle(self) -> bool:
         with self._cond:
-            return not self._in_flight and self._recorder.pending == 0
+            return not self._in_flight and not self._handed_over and self._recorder.pending == 0
 
     def _claim_time(self) -> datetime:
         """Now, but strictly after the previous claim: the claim's token (see ``claim``)."""
