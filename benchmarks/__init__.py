@@ -1,6 +1,7 @@
-"""Benchmarks of delayjobs against real local PostgreSQL and Redis servers.
+"""Benchmarks against real local PostgreSQL and Redis servers (docs/benchmarks.md).
 
-Run ``python -m benchmarks.core`` from the repository root (or ``benchmarks/run.sh``).
-The package is also a Django app: its ``delay_jobs`` module registers the no-op job type
-the benchmarks schedule.
+``benchmarks/run.sh`` runs the comparison suite (``benchmarks.suite``: delayjobs, Celery,
+Huey, RQ, Procrastinate); ``benchmarks/run.sh core`` the delayjobs-only ``benchmarks.core``.
+The package is also a Django app: its ``delay_jobs`` module registers the job types the
+benchmarks schedule.
 """

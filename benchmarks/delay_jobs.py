@@ -26,3 +26,20 @@ class BenchNoop(delayjobs.JobType):
 
     def execute(self, job: DelayedJob) -> None:
         return None
+
+
+RECORD_JOB_TYPE = "bench.record"
+
+
+@delayjobs.register
+class BenchRecord(delayjobs.JobType):
+    """The comparison suite's job: records its start like every other system's job."""
+
+    name = RECORD_JOB_TYPE
+    queue = BENCH_QUEUE
+    max_attempts = 1
+
+    def execute(self, job: DelayedJob) -> None:
+        from benchmarks.records import record
+
+        record(job.payload["i"], job.payload["t"])

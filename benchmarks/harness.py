@@ -282,6 +282,33 @@ def machine_info() -> dict[str, Any]:
     }
 
 
+def cpu_busy(interval: float = 1.0) -> float:
+    """Fraction of the machine's CPU time spent busy over ``interval`` (from /proc/stat)."""
+
+    def read() -> tuple[int, int]:
+        with open("/proc/stat") as file:
+            values = [int(value) for value in file.readline().split()[1:]]
+        idle = values[3] + values[4]  # idle + iowait
+        return sum(values), idle
+
+    total_before, idle_before = read()
+    time.sleep(interval)
+    total_after, idle_after = read()
+    total = total_after - total_before
+    return 1 - (idle_after - idle_before) / total if total else 0.0
+
+
+def wait_quiet(max_wait: float, threshold: float = 0.25) -> float:
+    """Wait (up to ``max_wait`` seconds) until other work leaves the CPUs mostly idle:
+    on a shared machine, someone's test suite distorts every figure. Returns the busy
+    fraction last seen, which the report keeps."""
+    deadline = time.monotonic() + max_wait
+    busy = cpu_busy()
+    while busy > threshold and time.monotonic() < deadline:
+        busy = cpu_busy(2.0)
+    return busy
+
+
 def load_average() -> list[float]:
     """1, 5 and 15 minute load averages: other work on the machine distorts the numbers."""
     return [round(value, 2) for value in os.getloadavg()]
@@ -303,3 +330,152 @@ def git_commit() -> str:
 
     commit = git("rev-parse", "--short", "HEAD") or "none"
     return f"{commit}+dirty" if git("status", "--porcelain") else commit
+
+
+# Consumer processes of any system, and their memory -------------------------------------
+
+
+class ProcessGroup:
+    """The consumer processes of one system: started with a common environment, each with
+    its own log, and stopped by pid (SIGTERM, then SIGKILL for the process and for any
+    child it left behind: prefork pools, RQ's scheduler)."""
+
+    def __init__(self, log_dir: Path, env: dict[str, str]) -> None:
+        self.log_dir = log_dir
+        self.env = env
+        self.processes: list[subprocess.Popen[bytes]] = []
+        self._logs: list[Path] = []
+
+    def start(self, command: Sequence[str], name: str) -> subprocess.Popen[bytes]:
+        log_path = self.log_dir / f"{name}-{len(self.processes)}.log"
+        with open(log_path, "ab") as log:
+            process = subprocess.Popen(
+                list(command),
+                cwd=REPO_ROOT,
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                preexec_fn=pdeathsig_preexec(os.getpid()),
+            )
+        self.processes.append(process)
+        self._logs.append(log_path)
+        return process
+
+    def pids(self) -> list[int]:
+        """The started processes and all their descendants, alive now."""
+        import psutil
+
+        found: list[int] = []
+        for process in self.processes:
+            if process.poll() is not None:
+                continue
+            found.append(process.pid)
+            with contextlib.suppress(psutil.Error):
+                found += [child.pid for child in psutil.Process(process.pid).children(True)]
+        return found
+
+    def exited(self) -> list[int]:
+        """Exit codes of processes that are no longer running (a crash, an early exit)."""
+        return [code for process in self.processes if (code := process.poll()) is not None]
+
+    def stop(self, timeout: float = 20.0) -> None:
+        import psutil
+
+        children: list[psutil.Process] = []
+        for process in self.processes:
+            if process.poll() is None:
+                with contextlib.suppress(psutil.Error):
+                    children += psutil.Process(process.pid).children(True)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(process.pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for process in self.processes:
+            try:
+                process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.kill(process.pid, signal.SIGKILL)
+                process.wait()
+        for child in children:  # only processes our consumers started, by pid
+            with contextlib.suppress(psutil.Error):
+                if child.is_running():
+                    child.kill()
+        self.processes = []
+
+    def logs(self, limit: int = 3000) -> str:
+        parts = []
+        for path in self._logs:
+            with contextlib.suppress(OSError):
+                parts.append(f"--- {path.name}\n{path.read_text(errors='replace')[-limit:]}")
+        return "\n".join(parts)
+
+
+class MemorySampler:
+    """Peak memory of a process group, sampled in a thread.
+
+    ``peak_hwm_mb``: the sum over every consumer process of its own peak resident set
+    (VmHWM), the figure the issue asks for. Shared pages (a prefork parent's, copied on
+    write) count once per process. ``peak_pss_mb``: the highest sampled sum of proportional
+    set sizes, in which shared pages are divided among their sharers.
+    """
+
+    def __init__(self, group: ProcessGroup, interval: float = 0.2) -> None:
+        self.group = group
+        self.interval = interval
+        self.hwm_kb: dict[int, int] = {}
+        self.peak_pss_kb = 0
+        self._stop = False
+        self._thread: Any = None
+
+    def __enter__(self) -> MemorySampler:
+        import threading
+
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop = True
+        self._thread.join()
+        self.sample()
+
+    def _run(self) -> None:
+        while not self._stop:
+            self.sample()
+            time.sleep(self.interval)
+
+    def sample(self) -> None:
+        pss = 0
+        for pid in self.group.pids():
+            with contextlib.suppress(OSError, ValueError):
+                status = _proc_kb(f"/proc/{pid}/status", "VmHWM:")
+                self.hwm_kb[pid] = max(self.hwm_kb.get(pid, 0), status)
+                pss += _proc_kb(f"/proc/{pid}/smaps_rollup", "Pss:")
+        self.peak_pss_kb = max(self.peak_pss_kb, pss)
+
+    @property
+    def peak_hwm_mb(self) -> float:
+        return sum(self.hwm_kb.values()) / 1024
+
+    @property
+    def peak_pss_mb(self) -> float:
+        return self.peak_pss_kb / 1024
+
+
+def _proc_kb(path: str, field_name: str) -> int:
+    with open(path) as file:
+        for line in file:
+            if line.startswith(field_name):
+                return int(line.split()[1])
+    return 0
+
+
+def flush_redis() -> None:
+    """Empty the benchmark's Redis (every database): the peers' queues and schedules."""
+    import redis
+
+    client = redis.Redis.from_url(os.environ[REDIS_URL_ENV])
+    try:
+        client.flushall()
+    finally:
+        client.close()

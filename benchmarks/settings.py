@@ -26,7 +26,7 @@ def _required(name: str) -> str:
     value = os.environ.get(name)
     if not value:
         raise ImproperlyConfigured(
-            f"{name} is not set. Run the benchmarks with `python -m benchmarks.core`, which "
+            f"{name} is not set. Run the benchmarks with `benchmarks/run.sh`, which "
             f"starts PostgreSQL and Redis and sets it."
         )
     return value

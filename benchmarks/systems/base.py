@@ -1,0 +1,104 @@
+"""The interface every system adapter implements, so that the workloads treat them alike.
+
+A job is ``(job_id, run_at)``: an int, and the epoch seconds it is due at. Its body is
+``benchmarks.records.record(job_id, run_at)`` in every system.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, ClassVar
+
+from benchmarks import harness
+from benchmarks.records import RECORD_DIR_ENV
+
+Job = tuple[int, float]
+
+
+def aware(timestamp: float) -> datetime:
+    """An aware UTC datetime from epoch seconds, microseconds kept."""
+    return datetime.fromtimestamp(timestamp, UTC)
+
+
+class System(ABC):
+    """One job system: how it schedules, and its consumer processes."""
+
+    name: ClassVar[str]
+    #: Configuration name -> parameters; the first one is the default.
+    configs: ClassVar[dict[str, dict[str, Any]]]
+    #: True if schedule_many uses a bulk API of the system; False: it loops.
+    has_bulk: ClassVar[bool] = True
+
+    def __init__(self, config: str | None = None) -> None:
+        self.config_name = config or next(iter(self.configs))
+        if self.config_name not in self.configs:
+            raise ValueError(f"{self.name}: unknown configuration {self.config_name!r}")
+        self.config = self.configs[self.config_name]
+        self.group: harness.ProcessGroup | None = None
+
+    # Set-up and data ----------------------------------------------------------------
+
+    @abstractmethod
+    def versions(self) -> dict[str, str]:
+        """Package versions that matter for this system."""
+
+    def describe(self) -> str:
+        """The configuration in words, for the report."""
+        return str(self.config["describe"])
+
+    def setup(self) -> None:  # noqa: B027 - optional hook
+        """Once per suite, servers up: schemas and the like."""
+
+    @abstractmethod
+    def reset(self) -> None:
+        """Remove every job and every trace of earlier runs (consumers are stopped)."""
+
+    # Scheduling ---------------------------------------------------------------------
+
+    @abstractmethod
+    def schedule_one(self, job: Job) -> None:
+        """The system's usual call for one delayed job."""
+
+    @abstractmethod
+    def schedule_many(self, jobs: Sequence[Job]) -> None:
+        """The system's fastest way to schedule many jobs (a loop if it has none)."""
+
+    # Consumers ----------------------------------------------------------------------
+
+    #: Processes that execute jobs (write records); readiness waits for all of them.
+    @property
+    @abstractmethod
+    def executors(self) -> int: ...
+
+    @abstractmethod
+    def consumer_commands(self) -> list[list[str]]:
+        """Commands of the consumer processes (at most 2 OS processes in all)."""
+
+    def consumer_env(self) -> dict[str, str]:
+        return dict(os.environ)
+
+    def start_consumers(self, record_dir: Path, log_dir: Path) -> harness.ProcessGroup:
+        env = {**self.consumer_env(), RECORD_DIR_ENV: str(record_dir)}
+        self.group = harness.ProcessGroup(log_dir, env)
+        for command in self.consumer_commands():
+            self.group.start(command, self.name)
+        return self.group
+
+    def stop_consumers(self) -> None:
+        if self.group is not None:
+            self.group.stop()
+            self.group = None
+
+
+def python() -> str:
+    return sys.executable
+
+
+def script(name: str) -> str:
+    """A console script of the benchmark's venv (celery, huey_consumer.py, rq, ...)."""
+    return str(Path(sys.executable).parent / name)

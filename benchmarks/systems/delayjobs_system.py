@@ -1,0 +1,70 @@
+"""delayjobs: ``manage.py run_delay_consumer`` processes on the durable PostgreSQL.
+
+The pre-loader runs inside the consumers (a Redis lock keeps it to one at a time), so
+the consumer side is exactly the consumer processes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from importlib.metadata import version
+from typing import Any, ClassVar
+
+from benchmarks import harness
+from benchmarks.delay_jobs import RECORD_JOB_TYPE
+from benchmarks.systems.base import Job, System, aware, python
+
+
+class DelayJobsSystem(System):
+    name = "delayjobs"
+    configs: ClassVar[dict[str, dict[str, Any]]] = {
+        "2x10": {"processes": 2, "concurrency": 10},
+        "1x10": {"processes": 1, "concurrency": 10},
+    }
+
+    def versions(self) -> dict[str, str]:
+        return {"django-delayjobs": version("django-delayjobs"), "django": version("django")}
+
+    def describe(self) -> str:
+        return (
+            f"{self.config['processes']} x `run_delay_consumer --concurrency "
+            f"{self.config['concurrency']}` (pre-loader in-process), default DELAYJOBS settings"
+        )
+
+    def reset(self) -> None:
+        harness.reset_state()
+
+    def schedule_one(self, job: Job) -> None:
+        import delayjobs
+
+        job_id, run_at = job
+        delayjobs.schedule(RECORD_JOB_TYPE, {"i": job_id, "t": run_at}, run_at=aware(run_at))
+
+    def schedule_many(self, jobs: Sequence[Job]) -> None:
+        import delayjobs
+
+        delayjobs.schedule_many(
+            [
+                {"job_type": RECORD_JOB_TYPE, "payload": {"i": i, "t": t}, "run_at": aware(t)}
+                for i, t in jobs
+            ]
+        )
+
+    @property
+    def executors(self) -> int:
+        return int(self.config["processes"])
+
+    def consumer_commands(self) -> list[list[str]]:
+        command = [
+            python(),
+            "manage.py",
+            "run_delay_consumer",
+            "--concurrency",
+            str(self.config["concurrency"]),
+            "--verbosity",
+            "0",
+        ]
+        return [command] * int(self.config["processes"])
+
+    def consumer_env(self) -> dict[str, str]:
+        return {**super().consumer_env(), "DJANGO_SETTINGS_MODULE": harness.SETTINGS_MODULE}
