@@ -6,14 +6,28 @@ deleting the object or ``when`` turning false cancels it. The job's key is deriv
 object, so at most one such job per object is ever active.
 
 How a save is judged. A save only touches the job when something the job depends on
-changed: the field's value, the offset's value, or ``when``. Each instance carries a
-snapshot of these, taken when it was loaded (``post_init``) and after each save; a save
-that changes none of them (a new title, say) leaves the job alone, even if the job already
-ran and freed its key. When the snapshot cannot be trusted (no snapshot: deferred fields,
-an instance built by hand; or an earlier save of it inside a transaction that was not yet
-committed, maybe rolled back) or it suggests a change, ``pre_save`` reads the row as the
-database holds it before the save, and that is what the new state is compared with. So a
-change is acted upon once, whoever made it, and an unchanged row never schedules twice.
+changed: the field's value, the offset's value, or ``when``. What it is compared with is
+the row as the database holds it just before the save, read by primary key in
+``pre_save`` (under a row lock inside a transaction, so that a concurrent save cannot slip
+between the read and the write). Not with what the instance remembers: an instance may be
+stale (loaded before another request moved the meeting) and its save then writes its old
+time back, which must move the job back too. So a change is acted upon once, whoever made
+it, and a save that leaves the row's time, offset and ``when`` as they were (a new title)
+never schedules a job that already ran a second time.
+
+What the save will write is judged as the row will be after it: the instance itself for a
+full save, the row read before overlaid with only the saved fields for
+``save(update_fields=...)`` (an unsaved change in memory does not count). ``offset`` and
+``when`` are arbitrary callables, so by default every column counts: every save of a bound
+model costs that one indexed read. ``bind(..., depends_on=[...])`` names the fields they
+read; a ``save(update_fields=...)`` that writes none of those (nor the bound field) is then
+known not to concern the job, and costs no query.
+
+Values are checked before the row is written: the field's value is read as Django writes it
+(``to_python()``: an ISO string is parsed; a naive datetime is taken in the default time
+zone, as Django does, with its warning), and a value, offset or job type that cannot give a
+job fails the save with ``InvalidJob`` (or ``TypeError``, ``ImproperlyConfigured``) naming
+the binding, before anything is written.
 
 What a change does:
 
@@ -28,6 +42,9 @@ What a change does:
   on, and the running job must see for itself that its object changed. The new time gets
   no job from the binding (a job type's ``plan()`` can catch it; see the sample project).
 
+Jobs are written to ``jobs_database()``: they commit or roll back with the object's row
+only when that is the database the object is saved to.
+
 ``QuerySet.update()``, ``bulk_create()`` and ``bulk_update()`` send no model signals: after
 them, call ``Binding.sync(objects)``.
 """
@@ -37,21 +54,20 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 from django.core import checks
-from django.core.exceptions import FieldDoesNotExist, ImproperlyConfigured
+from django.core.exceptions import FieldDoesNotExist, ImproperlyConfigured, ValidationError
 from django.db import models, transaction
 from django.db.models.signals import (
     ModelSignal,
     class_prepared,
     post_delete,
-    post_init,
     post_save,
     pre_save,
 )
+from django.utils import timezone
 
 from delayjobs.api import (
     KEY_MAX_LENGTH,
@@ -71,10 +87,7 @@ from delayjobs.models import DelayedJob, JobStatus
 log = logging.getLogger(__name__)
 
 Offset = timedelta | Callable[[Any], timedelta]
-#: Where an instance keeps its snapshots, by binding label: plain values only, so that
-#: model instances stay picklable (for caches) with bindings declared with lambdas.
-SNAPSHOTS_ATTR = "_delayjobs_bindings"
-#: Where pre_save leaves, for post_save, the state the database held before the save.
+#: Where pre_save leaves, for post_save, what it read and judged (by binding label).
 BEFORE_ATTR = "_delayjobs_bindings_before"
 
 
@@ -102,11 +115,14 @@ class State(NamedTuple):
         return self.value, self.offset
 
 
-@dataclass
-class Snapshot:
-    state: State
-    #: False from a save until its transaction commits (it may still roll back).
-    confirmed: bool
+class _Pending(NamedTuple):
+    """What pre_save found for one binding, for post_save to act on."""
+
+    #: The state of the row before the save; ``None``: no row (an insert), or unreadable.
+    before: State | None
+    #: What the save writes, as an instance: the instance itself for a full save, else the
+    #: row read before overlaid with the saved fields.
+    after: models.Model
 
 
 class Binding:
@@ -124,6 +140,7 @@ class Binding:
         when: Callable[[Any], bool] | None,
         payload: Callable[[Any], Any] | None,
         options: dict[str, Any],
+        depends_on: frozenset[str] | None = None,
     ) -> None:
         self.model = model
         self.field = field
@@ -134,6 +151,19 @@ class Binding:
         self.payload = payload
         #: schedule() keyword arguments: queue, max_attempts, max_lateness, priority.
         self.options = options
+        #: Names of the fields the job depends on (the bound field included); ``None``:
+        #: every concrete field, since ``offset`` and ``when`` may read any of them.
+        self.depends_on = depends_on
+        # Both spellings: ``update_fields`` may name a foreign key "room" or "room_id".
+        self._depends_on_names: frozenset[str] | None = (
+            None
+            if depends_on is None
+            else frozenset(
+                name
+                for field_name in depends_on
+                for name in (field_name, model._meta.get_field(field_name).attname)
+            )
+        )
         self.label = f"{model._meta.label_lower}.{field.name}->{self.job_type_name}"
         self._key_prefix = f"{self.job_type_name}:{model._meta.label_lower}"
 
@@ -169,9 +199,12 @@ class Binding:
         return self.state(instance).run_at
 
     def state(self, instance: models.Model, value: Any = models.NOT_PROVIDED) -> State:
-        """The field's value (or ``value``), the offset and ``when`` for ``instance``."""
+        """The field's value (or ``value``), the offset and ``when`` for ``instance``.
+
+        The value is read as Django would write it (see ``_value_of``)."""
         if value is models.NOT_PROVIDED:
             value = getattr(instance, self.field.attname)
+        value = self._value_of(value, instance)
         offset = self.offset(instance) if callable(self.offset) else self.offset
         if not isinstance(offset, timedelta):
             raise TypeError(
@@ -180,6 +213,26 @@ class Binding:
             )
         wanted = True if self.when is None else bool(self.when(instance))
         return State(value, offset, wanted)
+
+    def _value_of(self, value: Any, instance: models.Model | None = None) -> datetime | None:
+        """``value`` as the field's column holds it once saved: an aware datetime or None.
+
+        Django accepts more on save than a datetime (an ISO string, a date, a naive
+        datetime), and a job must be due at the time the row says. A naive value is taken
+        in the default time zone, as Django does when it writes it (Django warns then; not
+        here, or every save would warn twice). ``InvalidJob`` if it is not a time at all.
+        """
+        try:
+            value = self.field.to_python(value)
+        except ValidationError as exc:
+            raise InvalidJob(
+                f"{self}: {self.field.name} of {instance!r} must be a date and time, got "
+                f"{type(value).__name__} {value!r} ({'; '.join(exc.messages)})."
+            ) from None
+        if value is not None and timezone.is_naive(value):
+            # With USE_TZ = False too: the column's naive times are in the default zone.
+            value = timezone.make_aware(value, timezone.get_default_timezone())
+        return value
 
     def sync(self, objects: Iterable[models.Model]) -> int:
         """Derive the jobs of ``objects`` (a queryset or instances) from their current state.
@@ -194,9 +247,8 @@ class Binding:
         changed = 0
         instances = objects.iterator() if isinstance(objects, models.QuerySet) else objects
         for instance in instances:
-            state = self.state(instance)
+            state = self._checked_state(instance)
             changed += self._apply(instance, state, unless_current=True)
-            _remember(instance, self, state, instance._state.db)
         return changed
 
     def unbind(self) -> None:
@@ -215,29 +267,35 @@ class Binding:
 
     # The rules --------------------------------------------------------------------------
 
-    def _saved(
-        self,
-        instance: models.Model,
-        created: bool,
-        before: State | None,
-        update_fields: frozenset[str] | None,
-        using: str,
-    ) -> None:
-        if (
-            update_fields is not None
-            and self.field.name not in update_fields
-            and self.field.attname not in update_fields
-            and before is not None
-        ):
-            # The row kept the field's old value, whatever the instance holds in memory.
-            state = self.state(instance, value=before.value)
-        else:
-            state = self.state(instance)
+    def concerned_by(self, update_fields: frozenset[str] | None) -> bool:
+        """Whether a save writing ``update_fields`` (``None``: every field) may change the
+        job: only a save that writes none of the fields it depends on surely cannot."""
+        if update_fields is None or self._depends_on_names is None:
+            return True
+        return not self._depends_on_names.isdisjoint(update_fields)
+
+    def _checked_state(self, instance: models.Model, value: Any = models.NOT_PROVIDED) -> State:
+        """``state(instance, value)``, checked for being able to give a job: raised before
+        the row is written, these errors leave nothing half done."""
+        state = self.state(instance, value)
+        try:
+            run_at = state.run_at
+        except OverflowError:
+            raise InvalidJob(
+                f"{self}: {self.field.name} of {instance!r} ({state.value}) plus the offset "
+                f"({state.offset}) is out of the range of dates."
+            ) from None
+        if run_at is not None:
+            self.resolve_job_type()
+        return state
+
+    def _saved(self, after: models.Model, created: bool, before: State | None) -> None:
+        """Act on a save: ``after`` is the row as written, ``before`` as it was."""
+        state = self.state(after)
         if created or before is None or state.effective() != before.effective():
-            # Without a before (a row saved over by an instance built with its pk), the
-            # job may well be right already: then it is left alone, attempts and all.
-            self._apply(instance, state, unless_current=not created and before is None)
-        _remember(instance, self, state, using)
+            # Without a before (an existing row whose state could not be judged), the job
+            # may well be right already: then it is left alone, attempts and all.
+            self._apply(after, state, unless_current=not created)
 
     def _apply(self, instance: models.Model, state: State, *, unless_current: bool) -> int:
         """Cancel, move or schedule ``instance``'s job to match ``state``; 1 if it changed."""
@@ -294,7 +352,15 @@ class Binding:
     def _signature(self) -> tuple[Any, ...]:
         """What makes two declarations the same one. Equality, so the same functions (or
         methods of the same class), not lookalikes: two lambdas are two declarations."""
-        return (self.field, self.job_type, self.offset, self.when, self.payload, self.options)
+        return (
+            self.field,
+            self.job_type,
+            self.offset,
+            self.when,
+            self.payload,
+            self.options,
+            self.depends_on,
+        )
 
 
 def bind(
@@ -305,6 +371,7 @@ def bind(
     offset: Offset = timedelta(0),
     when: Callable[[Any], bool] | None = None,
     payload: Callable[[Any], Any] | None = None,
+    depends_on: Iterable[str] | None = None,
     queue: str | None = None,
     max_attempts: int | None = None,
     max_lateness: timedelta | None = None,
@@ -315,10 +382,15 @@ def bind(
     ``offset``: a timedelta, or a callable(instance) -> timedelta. ``when``:
     callable(instance) -> bool; the job exists only while it is true. ``payload``:
     callable(instance) -> JSON-serializable value (default ``{"pk": instance.pk}``).
-    ``queue``, ``max_attempts``, ``max_lateness`` and ``priority`` are passed to
-    ``schedule()`` (default: the job type's). ``offset`` and ``when`` run each time an
-    instance is loaded, to remember what its job depends on: keep them cheap, reading the
-    row's own fields (no queries).
+    ``depends_on``: the names of the fields ``offset`` and ``when`` read (the bound field
+    is always included); a ``save(update_fields=...)`` that writes none of them is then
+    skipped without a query. Default: every field. ``queue``, ``max_attempts``,
+    ``max_lateness`` and ``priority`` are passed to ``schedule()`` (default: the job
+    type's).
+
+    ``offset`` and ``when`` run at each save of an instance (on the instance about to be
+    saved, which has no pk yet if it is new, and on the row before and after the save),
+    never when instances are loaded: keep them cheap, reading the row's own fields.
 
     Declare bindings once, where job types are declared (an app's ``delay_jobs.py``) or in
     ``AppConfig.ready()``. The job type may be registered later; it is looked up when the
@@ -348,10 +420,11 @@ def bind(
             raise TypeError(
                 f"bind({label}): {name} must be a callable taking the instance, got {value!r}."
             )
+    depends = _depends_on(model, label, bound_field, depends_on)
     options = _checked_options(
         label, queue=queue, max_attempts=max_attempts, max_lateness=max_lateness, priority=priority
     )
-    binding = Binding(model, bound_field, job_type, offset, when, payload, options)
+    binding = Binding(model, bound_field, job_type, offset, when, payload, options, depends)
     identity = _identity(model, job_type_name)
     existing = _BINDINGS.get(identity)
     if existing is not None:
@@ -412,6 +485,32 @@ def _job_type_name(job_type: Any) -> str:
     )
 
 
+def _depends_on(
+    model: type[models.Model],
+    label: str,
+    bound_field: models.DateTimeField,
+    names: Iterable[str] | None,
+) -> frozenset[str] | None:
+    """The field names ``depends_on`` declares, checked, with the bound field's."""
+    if names is None:
+        return None
+    if isinstance(names, str) or not isinstance(names, Iterable):
+        raise TypeError(f"bind({label}): depends_on must be a list of field names, got {names!r}.")
+    fields = {bound_field.name}
+    for name in names:
+        try:
+            field = model._meta.get_field(name) if isinstance(name, str) else None
+        except FieldDoesNotExist:
+            field = None
+        if field is None or not field.concrete:
+            raise ImproperlyConfigured(
+                f"bind({label}): depends_on names {name!r}, which is not a field stored in "
+                f"{model._meta.label}'s rows."
+            )
+        fields.add(field.name)
+    return frozenset(fields)
+
+
 def _checked_options(label: str, **options: Any) -> dict[str, Any]:
     """The schedule() options given, checked now rather than at the first save."""
     checkers: dict[str, Callable[[Any], Any]] = {
@@ -448,9 +547,9 @@ def bindings_for(cls: type) -> tuple[Binding, ...]:
 def _connect(model: type[models.Model]) -> None:
     """Connect the receivers for ``model`` and its subclasses (proxies, child models).
 
-    Per sender rather than for every sender: post_init runs for each instance of every
-    model loaded, and other models should not pay for it. The dispatch_uid makes
-    connecting twice (several bindings on one model) a no-op.
+    Per sender rather than for every sender: saves and deletes of other models need not
+    even look bindings up. The dispatch_uid makes connecting twice (several bindings on
+    one model) a no-op.
     """
     for cls in [model, *_subclasses(model)]:
         for signal, receiver in SIGNALS:
@@ -475,51 +574,78 @@ def _on_class_prepared(sender: type[models.Model], **kwargs: Any) -> None:
 class_prepared.connect(_on_class_prepared, dispatch_uid="delayjobs.bindings_on_class_prepared")
 
 
-def _on_post_init(sender: type[models.Model], instance: models.Model, **kwargs: Any) -> None:
-    bindings = bindings_for(type(instance))
-    # With deferred fields, reading them would cost a query per instance: no snapshot,
-    # and a save reads the row first instead.
-    if not bindings or instance.get_deferred_fields():
-        return
-    snapshots = {}
-    for binding in bindings:
-        try:
-            state = binding.state(instance)
-        except Exception:
-            # An instance built empty (a form's) may not satisfy the callables yet; its
-            # save reports real errors. Loading must never fail because of a binding.
-            continue
-        snapshots[binding.label] = Snapshot(state, confirmed=True)
-    instance.__dict__[SNAPSHOTS_ATTR] = snapshots
-
-
 def _on_pre_save(
-    sender: type[models.Model], instance: models.Model, raw: bool, using: str, **kwargs: Any
+    sender: type[models.Model],
+    instance: models.Model,
+    raw: bool,
+    using: str,
+    update_fields: frozenset[str] | None,
+    **kwargs: Any,
 ) -> None:
+    # Left by a save that failed after its pre_save: never to be taken for this one's.
+    instance.__dict__.pop(BEFORE_ATTR, None)
     if raw:
         return
-    bindings = bindings_for(type(instance))
-    instance.__dict__.pop(BEFORE_ATTR, None)
-    if not bindings or _is_new(instance):
-        return
-    # An instance never loaded nor saved (built by hand with the pk of a row) has a
-    # snapshot of what it was built with, which says nothing about the row.
-    snapshots = {} if instance._state.adding else instance.__dict__.get(SNAPSHOTS_ATTR, {})
+    bindings = [b for b in bindings_for(type(instance)) if b.concerned_by(update_fields)]
+    if not bindings:
+        return  # update_fields writes nothing any binding depends on: no query
+    previous = None if _is_new(instance) else _read_row(instance, bindings, using)
+    adding = previous is None
+    befores: list[State | None] = []
     for binding in bindings:
-        snapshot = snapshots.get(binding.label)
-        if (
-            snapshot is None
-            or not snapshot.confirmed
-            or binding.state(instance).effective() != snapshot.state.effective()
-        ):
-            break
-    else:
-        return  # every snapshot is trusted and nothing changed: no query
-    # Unsure, or a change: compare with the row as the database holds it before this save.
-    previous = type(instance)._base_manager.db_manager(using).filter(pk=instance.pk).first()
-    instance.__dict__[BEFORE_ATTR] = (
-        {} if previous is None else {b.label: b.state(previous) for b in bindings}
-    )
+        before = None
+        if previous is not None:
+            try:
+                before = binding.state(previous)
+            except Exception:
+                # A row that offset/when cannot judge (written by other code, or before a
+                # change of the callables): compare with its job instead (post_save).
+                log.debug("%s: cannot judge the row before the save", binding, exc_info=True)
+        befores.append(before)
+    # Only now: the overlay below changes ``previous``, whose states are taken above.
+    after = instance
+    if update_fields is not None and previous is not None:
+        # Only the saved fields reach the row: judge the row as it will be, not the
+        # instance, whose other fields may hold changes that are not saved.
+        after = _overlay(previous, instance, update_fields)
+    judged = {}
+    for binding, before in zip(bindings, befores, strict=True):
+        value: Any = models.NOT_PROVIDED
+        field = binding.field
+        if field.auto_now or (field.auto_now_add and adding):
+            # Django sets the field during the save, after this signal: judge the time it
+            # will get, not the instance's older (or empty) value.
+            value = timezone.now()
+        # Fails the save before the row is written: no row without its job.
+        binding._checked_state(after, value)
+        judged[binding.label] = _Pending(before, after)
+    instance.__dict__[BEFORE_ATTR] = judged
+
+
+def _read_row(instance: models.Model, bindings: list[Binding], using: str) -> models.Model | None:
+    """The row ``instance`` is about to overwrite, as the database holds it; ``None`` if
+    there is none (the save will insert it)."""
+    rows = type(instance)._base_manager.db_manager(using).filter(pk=instance.pk)
+    if all(b.depends_on is not None for b in bindings):
+        rows = rows.only(*{name for b in bindings for name in b.depends_on or ()})
+    if transaction.get_connection(using).in_atomic_block:
+        # The save's UPDATE would lock the row a moment later anyway: locking it now keeps
+        # a concurrent save from changing it between this read and that write (which
+        # would leave its job where this save does not expect it). Ignored by SQLite,
+        # whose transactions already write one at a time.
+        rows = rows.select_for_update()
+    return rows.first()
+
+
+def _overlay(
+    row: models.Model, instance: models.Model, update_fields: frozenset[str]
+) -> models.Model:
+    """``row`` with the fields in ``update_fields`` taken from ``instance``."""
+    for field in instance._meta.concrete_fields:
+        if field.name in update_fields or field.attname in update_fields:
+            # By attname, so that a changed foreign key forgets its cached object.
+            setattr(row, field.attname, getattr(instance, field.attname))
+    return row
 
 
 def _on_post_save(
@@ -531,22 +657,19 @@ def _on_post_save(
     update_fields: frozenset[str] | None,
     **kwargs: Any,
 ) -> None:
-    if raw:  # loaddata writes rows as they are; jobs are not part of a fixture
+    judged: dict[str, _Pending] | None = instance.__dict__.pop(BEFORE_ATTR, None)
+    if raw or judged is None:  # loaddata writes rows as they are; jobs are not in fixtures
         return
-    bindings = bindings_for(type(instance))
-    if not bindings:
-        return
-    read: dict[str, State] | None = instance.__dict__.pop(BEFORE_ATTR, None)
-    snapshots = instance.__dict__.get(SNAPSHOTS_ATTR, {})
-    for binding in bindings:
-        if created:
-            before = None
-        elif read is not None:
-            before = read.get(binding.label)
-        else:
-            snapshot = snapshots.get(binding.label)
-            before = snapshot.state if snapshot is not None else None
-        binding._saved(instance, created, before, update_fields, using)
+    for binding in bindings_for(type(instance)):
+        found = judged.get(binding.label)
+        if found is None:
+            continue  # the save wrote nothing this binding depends on
+        after = found.after
+        if after is not instance:
+            # Again: fields set during the save (auto_now) are in the instance only now.
+            assert update_fields is not None
+            _overlay(after, instance, update_fields)
+        binding._saved(after, created, found.before)
 
 
 def _on_post_delete(sender: type[models.Model], instance: models.Model, **kwargs: Any) -> None:
@@ -560,25 +683,7 @@ def _is_new(instance: models.Model) -> bool:
     return instance._state.adding and (instance.pk is None or instance._meta.pk.has_default())
 
 
-def _remember(instance: models.Model, binding: Binding, state: State, using: str | None) -> None:
-    """Record ``state`` as the instance's snapshot, trusted once the transaction commits."""
-    snapshot = Snapshot(state, confirmed=False)
-    # A new dict, not an update: a copy.copy() of the instance must not share changes.
-    instance.__dict__[SNAPSHOTS_ATTR] = {
-        **instance.__dict__.get(SNAPSHOTS_ATTR, {}),
-        binding.label: snapshot,
-    }
-
-    def confirm() -> None:
-        snapshot.confirmed = True
-
-    # Runs at once outside a transaction. After a rollback it never runs, and the next
-    # save reads the row instead of trusting a state that was never committed.
-    transaction.on_commit(confirm, using=using)
-
-
 SIGNALS: tuple[tuple[ModelSignal, Callable[..., None]], ...] = (
-    (post_init, _on_post_init),
     (pre_save, _on_pre_save),
     (post_save, _on_post_save),
     (post_delete, _on_post_delete),

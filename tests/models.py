@@ -39,6 +39,16 @@ class AppointmentProxy(Appointment):
         proxy = True
 
 
+class RoomAppointment(Appointment):
+    """A child model (multi-table inheritance) of a bound model: covered by its binding,
+    with the same job key as the appointment it extends."""
+
+    room = models.CharField(max_length=50, blank=True, default="")
+
+    def __str__(self) -> str:
+        return f"room appointment {self.pk} at {self.at} in {self.room!r}"
+
+
 class Coded(models.Model):
     """A model whose primary key is long text: bound job keys must still fit."""
 

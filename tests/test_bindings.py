@@ -8,15 +8,18 @@ from __future__ import annotations
 
 import logging
 import pickle
+import threading
+import time
 from collections.abc import Callable, Iterator
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 import redis
 from django.core import serializers
 from django.core.exceptions import ImproperlyConfigured
-from django.db import models, transaction
+from django.db import connection, models, transaction
+from django.test.utils import isolate_apps
 from django.utils import timezone
 
 import delayjobs
@@ -25,7 +28,7 @@ from delayjobs.jobtypes import registry
 from delayjobs.models import DelayedJob, JobStatus
 from delayjobs.redis_store import RedisStore
 from sampleproject.common import SavedWithJobs
-from tests.models import Appointment, AppointmentProxy, Coded
+from tests.models import Appointment, AppointmentProxy, Coded, RoomAppointment
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -191,6 +194,62 @@ def test_a_proxy_instance_is_covered_by_the_binding_of_its_model(bind: Bind) -> 
     assert job.status == JobStatus.CANCELLED
 
 
+def test_a_child_model_is_covered_by_the_binding_of_its_parent(bind: Bind) -> None:
+    """Multi-table inheritance: a RoomAppointment is an Appointment row plus a row of its
+    own; its job has the appointment's key, whichever class it is saved through."""
+    binding = bind()
+    child = RoomAppointment.objects.create(at=soon(), room="A")
+    job = active(binding, child)
+    assert job.key == f"tests.noop:tests.appointment:{child.pk}"
+    parent = Appointment.objects.get(pk=child.pk)
+    assert binding.key_for(parent) == job.key
+
+    child.at = soon(7200)
+    child.save()
+    assert (active(binding, child).pk, active(binding, child).run_at) == (job.pk, child.at)
+
+    parent.refresh_from_db()
+    parent.at = soon(10800)
+    parent.save()
+    assert active(binding, child).run_at == parent.at
+
+    # The child's time in memory is stale now, and not saved: the job stays.
+    child.room = "B"
+    child.save(update_fields=["room"])
+    assert active(binding, child).run_at == parent.at
+    # A full save writes the stale time back: the job follows the row.
+    child.save()
+    assert active(binding, child).run_at == child.at == RoomAppointment.objects.get().at
+    assert jobs(binding, child) == [job]
+
+    child.delete()
+    job.refresh_from_db()
+    assert job.status == JobStatus.CANCELLED
+    assert not Appointment.objects.exists()
+
+
+def test_a_subclass_declared_after_the_binding_is_covered(bind: Bind) -> None:
+    """Receivers are connected per class: a subclass defined later (class_prepared) gets
+    them too."""
+    binding = bind()
+    with isolate_apps("tests"):
+
+        class LateProxy(Appointment):
+            class Meta:
+                proxy = True
+                app_label = "tests"
+
+        appointment = LateProxy.objects.create(at=soon())
+        job = active(binding, appointment)
+        assert job.key == f"tests.noop:tests.appointment:{appointment.pk}"
+        appointment.at = soon(7200)
+        appointment.save()
+        assert active(binding, appointment).run_at == appointment.at
+        appointment.delete()
+    job.refresh_from_db()
+    assert job.status == JobStatus.CANCELLED
+
+
 # Saves that change nothing the job depends on --------------------------------------------
 
 
@@ -243,7 +302,7 @@ def test_an_instance_built_by_hand_over_an_existing_row_schedules_nothing_new(bi
     job = active(binding, appointment)
     mark_ran(job)
 
-    # No snapshot (never loaded): the save compares with the row it overwrites.
+    # Never loaded: the save compares with the row it overwrites, like any save.
     Appointment(pk=appointment.pk, at=appointment.at, note="by hand").save()
     assert jobs(binding, appointment) == [job]
 
@@ -263,29 +322,239 @@ def test_a_refreshed_instance_does_not_repeat_a_change_made_elsewhere(bind: Bind
     elsewhere.save()
     mark_ran(job)  # the moved job ran
 
-    # Its snapshot is older than its fields now: the save reads the row and sees no change.
+    # The save compares with the row, which already has this time: no change.
     appointment.refresh_from_db()
     appointment.note = "refreshed"
     appointment.save()
     assert jobs(binding, appointment) == [job]
 
 
-def test_update_fields_without_the_field_keeps_the_job_where_the_row_says(bind: Bind) -> None:
-    binding = bind(when=lambda appointment: appointment.active)
+def test_update_fields_judge_the_row_as_saved_not_unsaved_changes_in_memory(
+    bind: Bind,
+) -> None:
+    """``when`` and the offset are evaluated on the row as the save leaves it: the row before
+    the save, with only the saved fields taken from the instance."""
+    binding = bind(
+        offset=lambda appointment: -timedelta(minutes=appointment.lead_minutes),
+        when=lambda appointment: appointment.active,
+    )
     at = soon()
     appointment = Appointment.objects.create(at=at)
     job = active(binding, appointment)
 
-    appointment.at = soon(7200)  # changed in memory, not saved
-    appointment.save(update_fields=["note"])
-    assert active(binding, appointment).run_at == at
-    assert Appointment.objects.get(pk=appointment.pk).at == at
-
-    # ``when`` may depend on the fields saved: it is computed anyway.
+    # Changed in memory, none of it saved: the row, and so the job, stay as they are.
+    appointment.at = soon(7200)
+    appointment.lead_minutes = 30
     appointment.active = False
+    appointment.note = "saved"
+    appointment.save(update_fields=["note"])
+    row = Appointment.objects.get(pk=appointment.pk)
+    assert (row.at, row.lead_minutes, row.active, row.note) == (at, 0, True, "saved")
+    assert active(binding, appointment) == job
+    assert job.run_at == at
+
+    # Saving the offset's field moves the job by it, from the time the row still has.
+    appointment.save(update_fields=["lead_minutes"])
+    moved = active(binding, appointment)
+    assert (moved.pk, moved.run_at) == (job.pk, at - timedelta(minutes=30))
+
+    # Saving ``when``'s field cancels it.
     appointment.save(update_fields=["active"])
     job.refresh_from_db()
     assert job.status == JobStatus.CANCELLED
+
+
+# Saves judged against the row the database holds -------------------------------------------
+
+
+def test_a_full_save_from_a_stale_instance_moves_the_job_to_the_time_it_writes_back(
+    bind: Bind,
+) -> None:
+    """Request A loaded the appointment, request B moved it, A saves a new note: A's full
+    save writes A's old time back, and the job must follow the row, not A's memory."""
+    binding = bind()
+    at = soon()
+    appointment = Appointment.objects.create(at=at)
+    stale = Appointment.objects.get(pk=appointment.pk)
+    elsewhere = Appointment.objects.get(pk=appointment.pk)
+    elsewhere.at = soon(7200)
+    elsewhere.save()
+    job = active(binding, appointment)
+    assert job.run_at == elsewhere.at
+
+    stale.note = "a new note"
+    stale.save()
+
+    assert Appointment.objects.get(pk=appointment.pk).at == at
+    assert active(binding, appointment).run_at == at
+    assert jobs(binding, appointment) == [job]  # moved back, not a second job
+
+
+def test_a_full_save_from_a_stale_instance_restores_when_and_its_job(bind: Bind) -> None:
+    binding = bind(when=lambda appointment: appointment.active)
+    appointment = Appointment.objects.create(at=soon())
+    stale = Appointment.objects.get(pk=appointment.pk)
+    elsewhere = Appointment.objects.get(pk=appointment.pk)
+    elsewhere.active = False
+    elsewhere.save()
+    assert not binding.jobs_for(appointment).active().exists()
+
+    stale.save()  # writes active=True back
+
+    assert Appointment.objects.get(pk=appointment.pk).active
+    assert active(binding, appointment).run_at == appointment.at
+
+
+def test_a_refreshed_instance_set_back_to_its_old_time_moves_the_job_back(bind: Bind) -> None:
+    binding = bind()
+    at = soon()
+    appointment = Appointment.objects.create(at=at)
+    elsewhere = Appointment.objects.get(pk=appointment.pk)
+    elsewhere.at = soon(7200)
+    elsewhere.save()
+
+    appointment.refresh_from_db()
+    appointment.at = at
+    appointment.save()
+
+    assert active(binding, appointment).run_at == at
+
+
+def test_a_stale_save_racing_a_move_in_another_transaction_ends_with_the_job_at_the_row(
+    bind: Bind,
+) -> None:
+    """The move commits between the stale save's read of the row and its write, unless the
+    read locks the row (in a transaction): then the stale save waits, reads the moved row,
+    and moves the job back with the time it writes."""
+    binding = bind()
+    at = soon()
+    appointment = Appointment.objects.create(at=at)
+    stale = Appointment.objects.get(pk=appointment.pk)
+    saved = threading.Event()
+
+    def move_elsewhere() -> None:
+        try:
+            with transaction.atomic():
+                mover = Appointment.objects.get(pk=appointment.pk)
+                mover.at = soon(7200)
+                mover.save()
+                saved.set()
+                time.sleep(0.5)  # holding the row: the stale save must wait for the commit
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=move_elsewhere)
+    thread.start()
+    try:
+        assert saved.wait(10)
+        with transaction.atomic():
+            stale.note = "a new note"
+            stale.save()
+    finally:
+        thread.join()
+
+    assert Appointment.objects.get(pk=appointment.pk).at == at
+    assert active(binding, appointment).run_at == at
+
+
+def test_each_save_reads_the_row_once_unless_depends_on_rules_it_out(
+    bind: Bind, django_assert_num_queries: Any
+) -> None:
+    binding = bind(when=lambda appointment: appointment.active, depends_on=["active"])
+    assert binding.depends_on == {"at", "active"}
+    appointment = Appointment.objects.create(at=soon())
+    job = active(binding, appointment)
+
+    appointment.note = "new note"
+    with django_assert_num_queries(1):  # the UPDATE: the job depends on no saved field
+        appointment.save(update_fields=["note"])
+    with django_assert_num_queries(2):  # the row read by pk, and the UPDATE
+        appointment.save()
+    with django_assert_num_queries(2):
+        appointment.save(update_fields=["note", "active"])
+    assert jobs(binding, appointment) == [job]
+
+    # A full save writes every column: a stale instance is still judged against the row.
+    stale = Appointment.objects.get(pk=appointment.pk)
+    Appointment.objects.get(pk=appointment.pk).delete()
+    assert binding.jobs_for(appointment).active().count() == 0
+    stale.save()  # inserts the row again
+    assert active(binding, appointment).run_at == appointment.at
+
+
+def test_loading_instances_runs_no_binding_code(bind: Bind) -> None:
+    """``offset`` and ``when`` run on saves only: loading many rows costs nothing more."""
+    calls: list[int] = []
+
+    def when(appointment: Appointment) -> bool:
+        calls.append(appointment.pk)
+        return True
+
+    bind(when=when)
+    Appointment.objects.bulk_create([Appointment(at=soon()) for _ in range(3)])
+    assert len(list(Appointment.objects.all())) == 3
+    assert calls == []
+
+
+# Values Django accepts on save -----------------------------------------------------------------
+
+
+def test_a_time_given_as_an_iso_string_gets_its_job_at_that_time(bind: Bind) -> None:
+    binding = bind(offset=timedelta(minutes=-15))
+    appointment = Appointment.objects.create(at="2099-01-01T10:00:00+00:00")
+
+    job = active(binding, appointment)
+    assert job.run_at == datetime(2099, 1, 1, 9, 45, tzinfo=UTC)
+    # Saved again, still a string in memory: the same time as the row's, nothing to do.
+    appointment.note = "new note"
+    appointment.save()
+    assert jobs(binding, appointment) == [job]
+
+
+def test_a_naive_time_is_taken_in_the_default_time_zone_as_django_saves_it(
+    bind: Bind, settings: Any
+) -> None:
+    settings.TIME_ZONE = "Europe/Paris"
+    binding = bind()
+    with pytest.warns(RuntimeWarning, match="naive datetime"):  # Django's own warning
+        appointment = Appointment.objects.create(at=datetime(2099, 1, 1, 10, 0))
+
+    expected = datetime(2099, 1, 1, 9, 0, tzinfo=UTC)  # 10:00 in Paris, in winter
+    assert Appointment.objects.get(pk=appointment.pk).at == expected
+    assert active(binding, appointment).run_at == expected
+
+
+@pytest.mark.parametrize(
+    ("at", "offset", "message"),
+    [
+        pytest.param(
+            "next tuesday",
+            timedelta(0),
+            r"Binding tests\.appointment\.at->tests\.noop>: at of .* must be a date and time",
+            id="not-a-time",
+        ),
+        pytest.param(
+            datetime(9999, 12, 31, tzinfo=UTC),
+            timedelta(days=1),
+            r"Binding tests\.appointment\.at->tests\.noop>: at of .* out of the range",
+            id="overflow",
+        ),
+    ],
+)
+def test_a_time_that_cannot_give_a_job_fails_the_save_before_the_row_is_written(
+    bind: Bind, at: Any, offset: timedelta, message: str
+) -> None:
+    bind(offset=offset)
+    with pytest.raises(delayjobs.InvalidJob, match=message):
+        Appointment.objects.create(at=at)
+    assert not Appointment.objects.exists()
+
+    # The same for a change: the row keeps its time, the job its own.
+    appointment = Appointment.objects.create(at=soon())
+    appointment.at = at
+    with pytest.raises(delayjobs.InvalidJob, match=message):
+        appointment.save()
+    assert Appointment.objects.get().at != at
 
 
 # Moves after the job ran or while it runs ---------------------------------------------------
@@ -529,6 +798,13 @@ def test_binding_the_same_again_returns_the_same_binding(bind: Bind) -> None:
         ((Appointment, "at"), {"offset": 15}, TypeError, "offset must be a timedelta"),
         ((Appointment, "at"), {"when": True}, TypeError, "when must be a callable"),
         ((Appointment, "at"), {"payload": {}}, TypeError, "payload must be a callable"),
+        ((Appointment, "at"), {"depends_on": "active"}, TypeError, "depends_on must be a list"),
+        (
+            (Appointment, "at"),
+            {"depends_on": ["active", "nope"]},
+            ImproperlyConfigured,
+            "depends_on names 'nope'",
+        ),
         ((Appointment, "at"), {"queue": "a b"}, ImproperlyConfigured, "queue must"),
         ((Appointment, "at"), {"max_attempts": 0}, ImproperlyConfigured, "max_attempts must"),
         ((Appointment, "at"), {"max_lateness": 5}, ImproperlyConfigured, "max_lateness must"),
@@ -553,6 +829,7 @@ def test_an_unregistered_job_type_fails_loudly_at_the_first_save_and_in_checks(
 
     with pytest.raises(ImproperlyConfigured, match=r"'tests\.not_registered' is not registered"):
         Appointment.objects.create(at=soon())
+    assert not Appointment.objects.exists()  # refused before the row was written
 
 
 def test_a_job_type_registered_after_the_binding_is_found_at_the_first_save(
@@ -578,6 +855,7 @@ def test_a_bad_offset_result_or_payload_fails_the_save(bind: Bind) -> None:
     bind(offset=lambda appointment: 15)
     with pytest.raises(TypeError, match=r"must return a datetime\.timedelta"):
         Appointment.objects.create(at=soon())
+    assert not Appointment.objects.exists()  # refused before the row was written
 
 
 def test_a_payload_that_is_not_json_fails_the_save_and_says_which_binding(bind: Bind) -> None:
