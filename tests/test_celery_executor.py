@@ -12,6 +12,7 @@ from __future__ import annotations
 import signal
 from collections import Counter
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
@@ -146,23 +147,39 @@ def lease_of(job: DelayedJob) -> object:
     return DelayedJob.objects.filter(pk=job.pk).values_list("lease_expires_at", flat=True)[0]
 
 
-@pytest.mark.subprocess
-def test_a_celery_worker_renews_the_lease_of_a_long_job(
+@dataclass
+class HeldJob:
+    """A Celery worker, a consumer publishing to it, and a job held until ``release``."""
+
+    worker: ConsumerProcess
+    consumer: ConsumerProcess
+    job: DelayedJob
+    release: Path
+
+
+@pytest.fixture
+def held_job(
     consumer_process: ConsumerFactory,
     celery_worker_process: Callable[[], ConsumerProcess],
     tmp_path: Path,
-) -> None:
-    # tests.scripted has a time_to_run (and lease) of 2 s; the job is held past a renewal.
+) -> HeldJob:
+    # tests.scripted has a time_to_run (and lease) of 2 s; attempt 1 is held.
     worker = celery_worker_process()
     consumer = consumer_process("--executor", "celery")
     release = tmp_path / "release"
     job = delayjobs.schedule(SCRIPTED, hold_payload(release, 1))
+    return HeldJob(worker, consumer, job, release)
+
+
+@pytest.mark.subprocess
+def test_a_celery_worker_renews_the_lease_of_a_long_job(held_job: HeldJob) -> None:
+    job = held_job.job
     wait_for(lambda: Execution.objects.filter(job_id=job.pk).exists())
     first_lease = lease_of(job)
     wait_for(lambda: lease_of(job) != first_lease, message="the lease was never renewed")
-    release.touch()
+    held_job.release.touch()
 
-    wait_final([job.pk], [consumer, worker])
+    wait_final([job.pk], [held_job.consumer, held_job.worker])
     assert list(JobAttempt.objects.filter(job=job).values_list("number", "outcome")) == [
         (1, AttemptOutcome.SUCCEEDED)
     ]
@@ -170,15 +187,13 @@ def test_a_celery_worker_renews_the_lease_of_a_long_job(
 
 
 @pytest.mark.subprocess
-def test_a_hung_celery_job_is_reaped_and_its_late_return_ignored(
-    consumer_process: ConsumerFactory,
-    celery_worker_process: Callable[[], ConsumerProcess],
-    tmp_path: Path,
-) -> None:
-    worker = celery_worker_process()
-    consumer = consumer_process("--executor", "celery")
-    release = tmp_path / "release"
-    job = delayjobs.schedule(SCRIPTED, hold_payload(release, 1))
+def test_a_hung_celery_job_is_reaped_and_its_late_return_ignored(held_job: HeldJob) -> None:
+    job, worker, consumer, release = (
+        held_job.job,
+        held_job.worker,
+        held_job.consumer,
+        held_job.release,
+    )
     # The worker stops renewing at time_to_run; the pre-loader's reaper takes it back and
     # attempt 2 (not held) runs while attempt 1 still hangs.
     wait_for(lambda: Execution.objects.filter(job_id=job.pk, attempt=2).exists(), timeout=30)
