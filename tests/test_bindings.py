@@ -180,18 +180,21 @@ def test_the_field_becoming_empty_cancels_and_a_new_time_schedules(bind: Bind) -
     assert active(binding, appointment).run_at == appointment.at
 
 
-def test_a_proxy_instance_is_covered_by_the_binding_of_its_model(bind: Bind) -> None:
-    binding = bind()
-    appointment = AppointmentProxy.objects.create(at=soon())
+def assert_follows_the_row(binding: Binding, model: type[Appointment]) -> None:
+    """Created, moved and deleted through ``model``: the appointment's job follows."""
+    appointment = model.objects.create(at=soon())
     job = active(binding, appointment)
     assert job.key == f"tests.noop:tests.appointment:{appointment.pk}"
-
     appointment.at = soon(7200)
     appointment.save()
     assert active(binding, appointment).run_at == appointment.at
     appointment.delete()
     job.refresh_from_db()
     assert job.status == JobStatus.CANCELLED
+
+
+def test_a_proxy_instance_is_covered_by_the_binding_of_its_model(bind: Bind) -> None:
+    assert_follows_the_row(bind(), AppointmentProxy)
 
 
 def test_a_child_model_is_covered_by_the_binding_of_its_parent(bind: Bind) -> None:
@@ -239,15 +242,7 @@ def test_a_subclass_declared_after_the_binding_is_covered(bind: Bind) -> None:
                 proxy = True
                 app_label = "tests"
 
-        appointment = LateProxy.objects.create(at=soon())
-        job = active(binding, appointment)
-        assert job.key == f"tests.noop:tests.appointment:{appointment.pk}"
-        appointment.at = soon(7200)
-        appointment.save()
-        assert active(binding, appointment).run_at == appointment.at
-        appointment.delete()
-    job.refresh_from_db()
-    assert job.status == JobStatus.CANCELLED
+        assert_follows_the_row(binding, LateProxy)
 
 
 # Saves that change nothing the job depends on --------------------------------------------
