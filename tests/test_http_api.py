@@ -12,6 +12,7 @@ import functools
 import hashlib
 import json
 import re
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from io import StringIO
 from typing import Any
@@ -19,7 +20,9 @@ from urllib.parse import urlencode, urlsplit
 
 import pytest
 from django.contrib import admin
+from django.contrib.admin.models import ADDITION, CHANGE, LogEntry
 from django.contrib.auth.models import Permission, User
+from django.contrib.contenttypes.models import ContentType
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection
@@ -34,7 +37,8 @@ import delayjobs
 from delayjobs.http import keys
 from delayjobs.http.handlers import MAX_BULK_JOBS, MAX_LIMIT
 from delayjobs.http.openapi import MAX_BODY_BYTES, OPERATIONS, build_document, openapi_path
-from delayjobs.http.views import Endpoint
+from delayjobs.http.views import Endpoint, NotFound
+from delayjobs.jobtypes import registry
 from delayjobs.models import ApiKey, AttemptOutcome, DelayedJob, JobAttempt, JobStatus
 from sampleproject.meetings.models import Room
 from tests.conftest import ConsumerFactory
@@ -56,6 +60,9 @@ ALL_PERMISSIONS = (
 )
 KEY_PATTERN = re.compile(r"dj_[0-9a-f]{12}_[A-Za-z0-9_-]{20,}")
 NOTHING = object()
+CHALLENGE = 'Bearer realm="delayjobs"'
+#: Words of Python that must not show in the API's messages.
+PYTHON_TERMS = re.compile(r"timedelta|datetime\.|\bNone\b|\bTrue\b|\bFalse\b|\bint\b|\bdict")
 
 #: A URLconf without the API (pytest.mark.urls): nothing of it may be reachable then.
 urlpatterns = [path("admin/", admin.site.urls)]
@@ -70,23 +77,37 @@ def document() -> dict[str, Any]:
 
 
 def assert_documented(method: str, url: str, response: Any) -> None:
-    """The response's status is documented for its operation, and its body matches."""
+    """The response's status is documented for its operation, and its body matches.
+
+    HEAD is GET without a body; OPTIONS is 204 with Allow; a URL of no route is a 404."""
     match = resolve(urlsplit(url).path)
     assert match.namespace == "delayjobs_api"
-    operation = match.func.operations.get(method)
     components = document()["components"]
-    if operation is None:
-        assert response.status_code == 405
+    if isinstance(match.func, NotFound):
+        assert response.status_code == 404
         schema: dict[str, Any] = {"$ref": "#/components/schemas/Error"}
+    elif method == "OPTIONS":
+        assert (response.status_code, response.content) == (204, b"")
+        assert response["Allow"] == match.func.allowed
+        return
     else:
-        responses = document()["paths"][openapi_path(operation.route)][method.lower()]["responses"]
-        status = str(response.status_code)
-        assert status in responses, f"{method} {url} answered {status}, not documented"
-        described = responses[status]
-        if "$ref" in described:
-            described = components["responses"][described["$ref"].rsplit("/", 1)[1]]
-        schema = described["content"][JSON]["schema"]
+        operation = match.func.operations.get("GET" if method == "HEAD" else method)
+        if operation is None:
+            assert response.status_code == 405
+            schema = {"$ref": "#/components/schemas/Error"}
+        else:
+            paths = document()["paths"][openapi_path(operation.route)]
+            responses = paths[operation.method.lower()]["responses"]
+            status = str(response.status_code)
+            assert status in responses, f"{method} {url} answered {status}, not documented"
+            described = responses[status]
+            if "$ref" in described:
+                described = components["responses"][described["$ref"].rsplit("/", 1)[1]]
+            schema = described["content"][JSON]["schema"]
     assert response["Content-Type"] == JSON
+    if method == "HEAD":
+        assert response.content == b""  # the test client drops it, as servers do
+        return
     validator = Draft202012Validator(
         {**schema, "components": components}, format_checker=Draft202012Validator.FORMAT_CHECKER
     )
@@ -208,11 +229,17 @@ def test_every_url_pattern_is_documented_with_its_methods_and_permission() -> No
 
     documented = document()["paths"]
     mounted: dict[str, set[str]] = {}
-    for pattern in urls.urlpatterns:
+    *routes, catch_all = urls.urlpatterns
+    assert isinstance(catch_all.callback, NotFound)
+    for pattern in routes:
         assert not isinstance(pattern, URLResolver)
         assert isinstance(pattern.callback, Endpoint)
+        route = str(pattern.pattern)
+        if pattern.name is None:  # the same endpoint without its trailing slash
+            assert urls.ENDPOINTS[f"{route}/"] is pattern.callback
+            continue
         methods = {method.lower() for method in pattern.callback.operations}
-        mounted[openapi_path(str(pattern.pattern))] = methods
+        mounted[openapi_path(route)] = methods
     assert {route: set(item) for route, item in documented.items()} == mounted
     for operation in OPERATIONS:
         described = documented[openapi_path(operation.route)][operation.method.lower()]
@@ -346,8 +373,13 @@ INVALID_SCHEDULES: dict[str, tuple[Any, str, dict[str, str]]] = {
     ),
     "max_attempts zero": (
         {"job_type": SCRIPTED, "max_attempts": 0},
-        "max_attempts must be",
+        "max_attempts: must be an integer from 1 to 2147483647, got 0.",
         {"max_attempts": "from 1"},
+    ),
+    "max_attempts of 300 digits": (
+        {"job_type": SCRIPTED, "max_attempts": 1e300},
+        "max_attempts: must be an integer from 1 to 2147483647, got 1e+300.",
+        {"max_attempts": "got 1e+300"},
     ),
     "max_attempts fractional": (
         {"job_type": SCRIPTED, "max_attempts": 1.5},
@@ -356,12 +388,32 @@ INVALID_SCHEDULES: dict[str, tuple[Any, str, dict[str, str]]] = {
     ),
     "max_lateness zero": (
         {"job_type": SCRIPTED, "max_lateness": 0},
-        "max_lateness must be",
-        {"max_lateness": "max_lateness must be"},
+        "max_lateness: must be from 0.001 to 31622400 seconds (366 days), got 0.",
+        {"max_lateness": "from 0.001 to 31622400 seconds"},
+    ),
+    "max_lateness over 366 days": (
+        {"job_type": SCRIPTED, "max_lateness": 31622400.5},
+        "max_lateness: must be from 0.001",
+        {"max_lateness": "got 31622400.5"},
+    ),
+    "run_at before the year 1 in UTC": (
+        {"job_type": SCRIPTED, "run_at": "0001-01-01T00:30:00+01:00"},
+        "run_at: must be between the years 1 and 9999 in UTC",
+        {"run_at": "'0001-01-01T00:30:00+01:00'"},
+    ),
+    "delay past the year 9999": (
+        {"job_type": SCRIPTED, "delay": 8e13},
+        "delay: 80000000000000 seconds from now is after the year 9999",
+        {"delay": "after the year 9999"},
+    ),
+    "queue with spaces": (
+        {"job_type": SCRIPTED, "queue": "a b"},
+        "queue must be 1-100 characters",
+        {"queue": "letters, digits"},
     ),
     "priority out of range": (
         {"job_type": SCRIPTED, "priority": 101},
-        "priority must be an int from -100 to 100",
+        "priority: must be an integer from -100 to 100, got 101.",
         {"priority": "-100 to 100"},
     ),
     "priority as text": (
@@ -371,7 +423,7 @@ INVALID_SCHEDULES: dict[str, tuple[Any, str, dict[str, str]]] = {
     ),
     "replace without a key": (
         {"job_type": SCRIPTED, "replace": True},
-        "replace=True needs a key",
+        "replace: true needs a key",
         {"replace": "needs a key"},
     ),
     "replace not a boolean": (
@@ -412,6 +464,8 @@ def test_schedule_refuses_invalid_input_with_400_and_writes_nothing(
     response = api.post("jobs/", body)
     assert_error(response, 400, "invalid", detail, **fields)
     assert not DelayedJob.objects.exists()
+    # Written for people who send JSON, not for Python programmers.
+    assert not PYTHON_TERMS.search(json.dumps(response.json())), response.json()
 
 
 MALFORMED: dict[str, tuple[bytes, str]] = {
@@ -425,6 +479,14 @@ MALFORMED: dict[str, tuple[bytes, str]] = {
     "NaN": (b'{"job_type": "tests.scripted", "payload": NaN}', "NaN is not JSON"),
     "nested too deeply": (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
     "a number of 5000 digits": (b'{"payload": ' + b"9" * 5000 + b"}", "not valid JSON"),
+    "a delay of 1e400 seconds": (
+        b'{"job_type": "tests.scripted", "delay": 1e400}',
+        "The body holds the number 1e400, too large for this API",
+    ),
+    "a payload of -1e400": (
+        b'{"job_type": "tests.scripted", "payload": [-1e400]}',
+        "the number -1e400, too large",
+    ),
 }
 
 
@@ -465,6 +527,83 @@ def test_a_body_over_djangos_own_upload_limit_is_413(api: Api, settings: Any) ->
     assert_error(response, 413, "too_large", "over the limit")
 
 
+def request_schema(operation_id: str) -> Draft202012Validator:
+    """A validator of the request body of one operation, as the document describes it."""
+    for item in document()["paths"].values():
+        for operation in item.values():
+            if operation["operationId"] == operation_id:
+                schema = operation["requestBody"]["content"][JSON]["schema"]
+                return Draft202012Validator(schema)
+    raise AssertionError(operation_id)
+
+
+def test_the_document_describes_the_bodies_the_api_takes_and_refuses(api: Api) -> None:
+    """Every body below is sent to the API too: the schema accepts exactly what it takes."""
+    job = make_job(delay=timedelta(hours=1))
+    cases = [
+        ("scheduleJob", "jobs/", {"job_type": SCRIPTED, "run_at": None, "delay": 5}, True),
+        ("scheduleJob", "jobs/", {"job_type": SCRIPTED, "run_at": "2030-01-15T14:30:00Z"}, True),
+        (
+            "scheduleJob",
+            "jobs/",
+            {"job_type": SCRIPTED, "run_at": "2030-01-15T14:30:00Z", "delay": 5},
+            False,
+        ),
+        ("scheduleJob", "jobs/", {"job_type": SCRIPTED, "max_lateness": 0.001}, True),
+        ("scheduleJob", "jobs/", {"job_type": SCRIPTED, "max_lateness": 0.0009}, False),
+        ("scheduleJob", "jobs/", {"job_type": SCRIPTED, "max_lateness": 366 * 86400}, True),
+        ("scheduleJob", "jobs/", {"job_type": SCRIPTED, "max_lateness": 366 * 86400 + 1}, False),
+        ("scheduleJob", "jobs/", {"job_type": SCRIPTED, "queue": "a.b-c_1"}, True),
+        ("scheduleJob", "jobs/", {"job_type": SCRIPTED, "queue": "a b"}, False),
+        ("scheduleJob", "jobs/", {"job_type": SCRIPTED, "max_attempts": 0}, False),
+        ("scheduleJob", "jobs/", {"job_type": SCRIPTED, "priority": -101}, False),
+        ("rescheduleJob", f"jobs/{job.pk}/reschedule/", {"delay": 5}, True),
+        ("rescheduleJob", f"jobs/{job.pk}/reschedule/", {"run_at": "2030-01-15T14:30:00Z"}, True),
+        ("rescheduleJob", f"jobs/{job.pk}/reschedule/", {}, False),
+        (
+            "rescheduleJob",
+            f"jobs/{job.pk}/reschedule/",
+            {"run_at": "2030-01-15T14:30:00Z", "delay": 5},
+            False,
+        ),
+    ]
+    for operation_id, route, body, valid in cases:
+        assert request_schema(operation_id).is_valid(body) == valid, (operation_id, body)
+        response = api.post(route, body)
+        assert (response.status_code < 400) == valid, (body, response.json())
+
+
+def test_the_document_promises_no_404_where_none_can_come(api: Api) -> None:
+    paths = document()["paths"]
+    assert "404" not in paths["/jobs/"]["post"]["responses"]
+    assert "404" not in paths["/jobs/bulk/"]["post"]["responses"]
+    assert "404" in paths["/jobs/cancel/"]["post"]["responses"]
+    assert "404" in paths["/jobs/{job_id}/reschedule/"]["post"]["responses"]
+    job = document()["components"]["schemas"]["Job"]["properties"]
+    assert "retried until it succeeds" in job["max_attempts"]["description"]
+    assert "job type's max_lateness applies" in job["max_lateness"]["description"]
+    schedule = paths["/jobs/"]["post"]
+    assert "delayjobs.reschedule_delayedjob" in schedule["description"]
+
+
+def test_the_413_names_the_limit_that_applied(api: Api, settings: Any) -> None:
+    body = {"jobs": [{"job_type": SCRIPTED, "payload": "x" * 2000}]}
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
+    response = api.post("jobs/bulk/", body)
+    assert_error(
+        response,
+        413,
+        "too_large",
+        "over the limit of 1000 bytes (Django's DATA_UPLOAD_MAX_MEMORY_SIZE).",
+    )
+    described = build_document("http://testserver/delayjobs/api")["paths"]["/jobs/bulk/"]
+    assert "At most 1000 bytes" in described["post"]["requestBody"]["description"]
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = None
+    body = {"job_type": SCRIPTED, "payload": "x" * MAX_BODY_BYTES}
+    response = api.post("jobs/", body)
+    assert_error(response, 413, "too_large", f"over the limit of {MAX_BODY_BYTES} bytes.")
+
+
 def test_a_held_key_is_409_with_the_holder_and_replace_moves_it(api: Api) -> None:
     first = api.post("jobs/", {"job_type": SCRIPTED, "key": "order:1", "delay": 60}).json()
     response = api.post("jobs/", {"job_type": SCRIPTED, "key": "order:1", "delay": 5})
@@ -488,6 +627,169 @@ def test_replace_of_a_running_job_is_409_and_changes_nothing(api: Api) -> None:
     assert_error(response, 409, "duplicate_key", "it is running and cannot be moved")
     assert response.json()["existing_id"] == job.pk
     assert rows() == before
+
+
+VICTIM = {"job_type": SCRIPTED, "key": "order:42:close", "queue": "default"}
+#: A replace of another service's job that would rewrite all of it.
+HIJACK = {
+    "job_type": "tests.noop",
+    "payload": {"x": 1},
+    "key": "order:42:close",
+    "replace": True,
+    "run_at": "9999-01-01T00:00:00Z",
+    "queue": "nowhere",
+}
+
+
+def test_replace_needs_the_reschedule_permission_too(client: Client) -> None:
+    make_job(key="order:42:close", delay=timedelta(hours=1))
+    before = rows()
+    scheduler = Api(client, key_of(make_user("add_delayedjob", "view_delayedjob")))
+    same_type = {"job_type": SCRIPTED, "key": "order:42:close", "replace": True, "delay": 5}
+    for route, body in (
+        ("jobs/", HIJACK),
+        ("jobs/", same_type),
+        ("jobs/bulk/", {"jobs": [{"job_type": SCRIPTED}, same_type]}),
+    ):
+        response = scheduler.post(route, body)
+        assert_error(
+            response, 403, "permission_denied", "needs the permission delayjobs.reschedule"
+        )
+        assert rows() == before
+    # Without replace, add_delayedjob is enough, and the held key is a plain 409.
+    response = scheduler.post("jobs/", {"job_type": SCRIPTED, "key": "order:42:close"})
+    assert_error(response, 409, "duplicate_key", "already holds key 'order:42:close'")
+    assert rows() == before
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{"job_type": "tests.noop", "queue": "default"}, {"queue": "elsewhere"}, {"queue": None}],
+    ids=["another job type", "another queue", "the job type's queue"],
+)
+def test_replace_never_changes_the_job_type_or_queue_of_the_held_job(
+    api: Api, change: dict[str, Any]
+) -> None:
+    job = make_job(key="order:42:close", queue="orders", delay=timedelta(hours=1))
+    before = rows()
+    body = {**VICTIM, "queue": "orders", "replace": True, "delay": 5, **change}
+    for route, sent, field in (
+        ("jobs/", body, "key"),
+        ("jobs/bulk/", {"jobs": [{"job_type": SCRIPTED}, body]}, "jobs[1].key"),
+    ):
+        response = api.post(route, sent)
+        assert_error(
+            response,
+            409,
+            "duplicate_key",
+            f"The job holding key 'order:42:close' (job {job.pk}) is a 'tests.scripted' job "
+            f"on queue 'orders': replace over HTTP never changes a job's job type or queue.",
+            **{field: "never changes"},
+        )
+        assert response.json()["existing_id"] == job.pk
+        assert rows() == before
+    moved = api.post("jobs/", {**VICTIM, "queue": "orders", "replace": True, "delay": 5})
+    assert (moved.status_code, moved.json()["id"]) == (201, job.pk)
+
+
+def test_replies_show_a_job_only_to_callers_who_may_view_jobs(client: Client) -> None:
+    """Scheduling, cancelling, rescheduling or retrying does not let a caller read jobs:
+    without view_delayedjob it gets the job's id, never its fields or a holder's id."""
+    other = make_job(key="order:42:close", delay=timedelta(hours=1))
+    blind = Api(client, key_of(make_user("add_delayedjob", "reschedule_delayedjob")))
+    created = blind.post("jobs/", {"job_type": SCRIPTED, "payload": {"a": 1}})
+    assert created.status_code == 201
+    new = DelayedJob.objects.latest("pk")
+    assert created.json() == {"id": new.pk}
+    assert created["Location"].endswith(f"{BASE}jobs/{new.pk}/")
+    bulk = blind.post("jobs/bulk/", {"jobs": [{"job_type": SCRIPTED}]})
+    assert bulk.json() == {"jobs": [{"id": DelayedJob.objects.latest("pk").pk}]}
+    held = blind.post("jobs/", {"job_type": SCRIPTED, "key": "order:42:close"})
+    assert_error(held, 409, "duplicate_key", "An active job already holds key 'order:42:close'")
+    assert "existing_id" not in held.json()
+    assert str(other.pk) not in held.json()["detail"]
+    wrong = blind.post("jobs/", {**HIJACK, "queue": None})
+    assert_error(wrong, 409, "duplicate_key", "is of another job type or queue")
+    assert "existing_id" not in wrong.json()
+    assert "tests.scripted" not in json.dumps(wrong.json())
+    moved = blind.post("jobs/", {**VICTIM, "replace": True, "payload": {"b": 2}, "delay": 9})
+    assert moved.json() == {"id": other.pk}
+    DelayedJob.objects.filter(pk=other.pk).update(status=JobStatus.RUNNING)
+    running = blind.post("jobs/", {**VICTIM, "replace": True})
+    assert_error(running, 409, "duplicate_key", "it is running and cannot be moved")
+    assert "existing_id" not in running.json()
+    assert str(other.pk) not in running.json()["detail"]
+
+    job = make_job(delay=timedelta(hours=1))
+    failed = make_job(JobStatus.FAILED)
+    acting = Api(client, key_of(make_user(*ALL_PERMISSIONS[2:], username="actor")))
+    for route, body in (
+        (f"jobs/{job.pk}/reschedule/", {"delay": 60}),
+        (f"jobs/{job.pk}/cancel/", NOTHING),
+        (f"jobs/{failed.pk}/retry/", NOTHING),
+    ):
+        response = acting.post(route, body)
+        assert response.status_code == 200
+        assert set(response.json()) == {"id"}
+    make_job(key="by-key")
+    assert set(acting.post("jobs/cancel/", {"key": "by-key"}).json()) == {"id"}
+
+
+class Internal(delayjobs.JobType):
+    """A job type whose payload only trusted code may write: closed to the HTTP API."""
+
+    name = "tests.internal"
+    public = False
+
+    def execute(self, job: DelayedJob) -> None:
+        return None
+
+
+@pytest.fixture
+def internal() -> Iterator[type[Internal]]:
+    delayjobs.register(Internal)
+    try:
+        yield Internal
+    finally:
+        registry.remove(Internal.name)
+
+
+def test_a_job_type_closed_to_the_api_is_refused_as_if_unknown(
+    api: Api, internal: type[Internal]
+) -> None:
+    closed = [jobtype.name for jobtype in registry if not jobtype.public]
+    assert Internal.name in closed  # and django.task, once it is closed
+    for name in closed:
+        for route, body in (
+            ("jobs/", {"job_type": name, "payload": {"task": "x"}}),
+            ("jobs/bulk/", {"jobs": [{"job_type": SCRIPTED}, {"job_type": name}]}),
+        ):
+            response = api.post(route, body)
+            unknown = api.post(route, json.loads(json.dumps(body).replace(name, "no.such")))
+            assert response.status_code == unknown.status_code == 400
+            assert response.json() == json.loads(
+                json.dumps(unknown.json()).replace("no.such", name)
+            )
+            assert_error(response, 400, "invalid", f"Unknown job type '{name}'.")
+    assert not DelayedJob.objects.exists()
+    # Python code still schedules it, and a key it holds cannot be taken over by a replace.
+    job = delayjobs.schedule(Internal, key="internal:1")
+    response = api.post(
+        "jobs/", {"job_type": SCRIPTED, "key": "internal:1", "queue": "default", "replace": True}
+    )
+    assert_error(response, 409, "duplicate_key", "never changes a job's job type")
+    assert DelayedJob.objects.get().job_type == job.job_type == Internal.name
+
+
+def test_an_unknown_job_type_error_lists_no_job_types(api: Api) -> None:
+    for route, body in (
+        ("jobs/", {"job_type": "nope"}),
+        ("jobs/bulk/", {"jobs": [{"job_type": "nope"}]}),
+    ):
+        text = json.dumps(api.post(route, body).json())
+        assert "Unknown job type 'nope'" in text
+        assert "Registered" not in text
+        assert not [name for name in registry.names() if name in text]
 
 
 # Bulk -----------------------------------------------------------------------------------
@@ -818,15 +1120,63 @@ def test_retry_of_a_scheduled_job_or_a_taken_key_is_409(api: Api) -> None:
 
 def test_a_wrong_method_is_405_with_allow(api: Api) -> None:
     for method, route, allow in (
-        ("PUT", "jobs/", "POST, GET"),
-        ("DELETE", "jobs/1/", "GET"),
-        ("GET", "jobs/1/cancel/", "POST"),
-        ("PATCH", "jobs/cancel/", "POST"),
-        ("POST", "openapi.json", "GET"),
+        ("PUT", "jobs/", "POST, GET, HEAD, OPTIONS"),
+        ("DELETE", "jobs/1/", "GET, HEAD, OPTIONS"),
+        ("GET", "jobs/1/cancel/", "POST, OPTIONS"),
+        ("PATCH", "jobs/cancel/", "POST, OPTIONS"),
+        ("POST", "openapi.json", "GET, HEAD, OPTIONS"),
     ):
         response = api.request(method, route)
         assert_error(response, 405, "method_not_allowed", f"{method} is not allowed here")
         assert response["Allow"] == allow
+
+
+@pytest.mark.parametrize(
+    "route", ["jobs/abc/", "jobs/-1/", "jobs/%D9%A3/", "nope/", "jobs/1/nope/", "jobs/1//"]
+)
+def test_a_url_of_no_route_is_a_json_404(api: Api, route: str) -> None:
+    for method in ("GET", "POST", "DELETE"):
+        response = api.request(method, route)
+        assert_error(response, 404, "not_found", "No such URL")
+        assert "no-cache" in response["Cache-Control"]
+
+
+def test_a_session_post_to_no_route_is_a_json_404_too() -> None:
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(make_user(*ALL_PERMISSIONS, is_staff=True))
+    assert_error(Api(client).post("nope/", {}), 404, "not_found", "No such URL")
+
+
+def test_every_route_is_served_without_its_trailing_slash_too(api: Api) -> None:
+    """No APPEND_SLASH redirect: a redirected POST would arrive as a GET without its body."""
+    created = api.post("jobs", {"job_type": SCRIPTED, "delay": 60})
+    assert created.status_code == 201
+    job_id = created.json()["id"]
+    assert created["Location"] == f"http://testserver{BASE}jobs/{job_id}/"
+    assert api.get(f"jobs/{job_id}").json()["id"] == job_id
+    assert api.get("jobs", status="scheduled").json()["jobs"][0]["id"] == job_id
+    assert api.post(f"jobs/{job_id}/reschedule", {"delay": 5}).status_code == 200
+    assert api.post(f"jobs/{job_id}/cancel").json()["status"] == "cancelled"
+    assert api.post("jobs/bulk", {"jobs": [{"job_type": SCRIPTED}]}).status_code == 201
+    assert_error(api.get("jobs/999999"), 404, "not_found", "Job 999999 does not exist.")
+
+
+def test_head_is_answered_as_get_and_options_with_allow(api: Api, client: Client) -> None:
+    job = make_job()
+    for route in ("jobs/", f"jobs/{job.pk}/", "openapi.json"):
+        get, head = api.get(route), api.request("HEAD", route)
+        assert (head.status_code, head["Content-Type"]) == (get.status_code, JSON) == (200, JSON)
+    unauthenticated = Api(client).request("HEAD", "jobs/")
+    assert (unauthenticated.status_code, unauthenticated["WWW-Authenticate"]) == (401, CHALLENGE)
+    refused = api.request("HEAD", "jobs/cancel/")
+    assert (refused.status_code, refused["Allow"]) == (405, "POST, OPTIONS")
+    for route, allow in (
+        ("jobs/", "POST, GET, HEAD, OPTIONS"),
+        (f"jobs/{job.pk}/retry/", "POST, OPTIONS"),
+    ):
+        # Without a key: the methods of a URL are no secret (openapi.json is public).
+        response = Api(client).request("OPTIONS", route)
+        assert (response.status_code, response["Allow"]) == (204, allow)
 
 
 # Authentication -------------------------------------------------------------------------
@@ -854,7 +1204,7 @@ def test_requests_without_a_valid_key_are_401(
     ):
         response = Api(client).request(method, route, body, headers=headers)
         assert_error(response, 401, "not_authenticated", detail)
-        assert response["WWW-Authenticate"] == 'Bearer realm="delayjobs"'
+        assert response["WWW-Authenticate"] == CHALLENGE
     assert not DelayedJob.objects.exists()
 
 
@@ -863,6 +1213,28 @@ def test_a_wrong_secret_for_a_real_prefix_is_401(client: Client) -> None:
     prefix, secret = keys.split_key(key) or ("", "")
     forged = f"dj_{prefix}_{secret[:-1]}{'A' if secret[-1] != 'A' else 'B'}"
     assert_error(Api(client, forged).get("jobs/"), 401, "not_authenticated", "Invalid API key.")
+
+
+@pytest.mark.parametrize(
+    "token",
+    [
+        "dj_ab\x00cd00000000_" + "s" * 43,
+        "dj_abcdef012345_" + "s" * 42 + "\x00",
+        "dj_" + "a" * 40 + "_" + "s" * 43,
+        "dj_ABCDEF012345_" + "s" * 43,
+        "dj_abcdef01234\u00e9_" + "s" * 43,
+        "dj_abcdef012345_" + "s" * 42 + "\u00e9",
+        "dj_abcdef012345_short",
+    ],
+    ids=["NUL in prefix", "NUL in secret", "long prefix", "upper case", "é", "é2", "short"],
+)
+def test_a_token_not_shaped_like_a_key_is_401_before_any_query(client: Client, token: str) -> None:
+    """PostgreSQL refuses a NUL in a query parameter: junk must never reach the database."""
+    make_user(*ALL_PERMISSIONS)
+    with CaptureQueriesContext(connection) as captured:
+        response = Api(client, token).get("jobs/")
+    assert_error(response, 401, "not_authenticated", "Invalid API key.")
+    assert not [query for query in captured if "apikey" in query["sql"]]
 
 
 def test_a_revoked_key_and_a_key_of_an_inactive_user_are_401(client: Client) -> None:
@@ -877,7 +1249,7 @@ def test_a_revoked_key_and_a_key_of_an_inactive_user_are_401(client: Client) -> 
 
 
 def test_a_bad_key_is_refused_even_with_a_logged_in_session(client: Client) -> None:
-    client.force_login(make_user(*ALL_PERMISSIONS))
+    client.force_login(make_user(*ALL_PERMISSIONS, is_staff=True))
     assert Api(client).get("jobs/").status_code == 200
     assert_error(
         Api(client, "dj_000000000000_nope").get("jobs/"), 401, "not_authenticated", "Invalid"
@@ -940,6 +1312,22 @@ def test_an_anonymous_session_is_401(client: Client) -> None:
     assert_error(Api(client).get("jobs/"), 401, "not_authenticated", "not provided")
 
 
+def test_a_session_of_a_user_who_is_not_staff_is_401(client: Client) -> None:
+    client.force_login(make_user(*ALL_PERMISSIONS, username="customer"))
+    for method, route, body in (
+        ("GET", "jobs/", NOTHING),
+        ("POST", "jobs/", {"job_type": SCRIPTED}),
+    ):
+        response = Api(client).request(method, route, body)
+        assert_error(response, 401, "not_authenticated", "only staff users")
+    assert not DelayedJob.objects.exists()
+    # A key needs no staff status: a service's user is a plain account.
+    assert (
+        Api(Client(), key_of(make_user(*ALL_PERMISSIONS, username="svc"))).get("jobs/").status_code
+        == 200
+    )
+
+
 # Permissions ----------------------------------------------------------------------------
 
 
@@ -996,6 +1384,81 @@ def test_permission_is_checked_before_the_body_is_read(client: Client) -> None:
     reader = Api(client, key_of(make_user("view_delayedjob")))
     response = reader.post("jobs/", raw=b"not json")
     assert_error(response, 403, "permission_denied", "delayjobs.add_delayedjob")
+
+
+# The audit log ------------------------------------------------------------------------
+
+
+def log_entries() -> list[tuple[int, str, int, str]]:
+    """(job id, username, action flag, message) of every admin log entry about a job."""
+    entries = LogEntry.objects.filter(
+        content_type=ContentType.objects.get_for_model(DelayedJob)
+    ).order_by("pk")
+    return [
+        (int(entry.object_id), entry.user.username, entry.action_flag, entry.change_message)
+        for entry in entries
+    ]
+
+
+def test_every_change_through_the_api_is_in_the_admin_log_with_user_and_key(
+    client: Client,
+) -> None:
+    user = make_user(*ALL_PERMISSIONS, username="billing")
+    _key, plaintext = keys.create_api_key(user, "billing: order timeouts")
+    api = Api(client, plaintext)
+    via = "(API key 'billing: order timeouts')"
+    job = api.post("jobs/", {"job_type": SCRIPTED, "key": "k", "run_at": "2030-01-15T14:30:00Z"})
+    job_id = job.json()["id"]
+    scheduled = api.post("jobs/bulk/", {"jobs": [{"job_type": SCRIPTED}] * 2}).json()["jobs"]
+    bulk = [item["id"] for item in scheduled]
+    moved = {"job_type": SCRIPTED, "key": "k", "replace": True, "run_at": "2030-01-16T00:00Z"}
+    api.post("jobs/", moved)
+    api.post(f"jobs/{job_id}/reschedule/", {"run_at": "2030-01-17T00:00:00Z"})
+    api.post(f"jobs/{job_id}/cancel/")
+    api.post(f"jobs/{job_id}/retry/")
+    api.post("jobs/cancel/", {"key": "k"})
+    assert log_entries() == [
+        (job_id, "billing", ADDITION, f"Scheduled through the HTTP API {via}."),
+        (bulk[0], "billing", ADDITION, f"Scheduled through the HTTP API {via}."),
+        (bulk[1], "billing", ADDITION, f"Scheduled through the HTTP API {via}."),
+        (
+            job_id,
+            "billing",
+            CHANGE,
+            "Moved through the HTTP API by a schedule with replace, from "
+            f"2030-01-15T14:30:00Z to 2030-01-16T00:00:00Z {via}.",
+        ),
+        (
+            job_id,
+            "billing",
+            CHANGE,
+            "Rescheduled through the HTTP API from 2030-01-16T00:00:00Z to "
+            f"2030-01-17T00:00:00Z {via}.",
+        ),
+        (job_id, "billing", CHANGE, f"Cancelled through the HTTP API {via}."),
+        (
+            job_id,
+            "billing",
+            CHANGE,
+            "Retried through the HTTP API (was cancelled; API key 'billing: order timeouts').",
+        ),
+        (job_id, "billing", CHANGE, f"Cancelled through the HTTP API {via}."),
+    ]
+    # Shown on the job's history page in the admin, as the admin's own actions are.
+    client.force_login(User.objects.create_superuser("root", password="x"))
+    history = client.get(reverse("admin:delayjobs_delayedjob_history", args=[job_id]))
+    assert "Rescheduled through the HTTP API" in history.content.decode()
+
+
+def test_a_session_is_named_in_the_log_and_a_refusal_logs_nothing(client: Client) -> None:
+    client.force_login(make_user(*ALL_PERMISSIONS, username="operator", is_staff=True))
+    job = make_job(JobStatus.SUCCEEDED)
+    assert Api(client).post(f"jobs/{job.pk}/cancel/").status_code == 409
+    assert log_entries() == []
+    Api(client).post(f"jobs/{job.pk}/retry/")
+    assert log_entries() == [
+        (job.pk, "operator", CHANGE, "Retried through the HTTP API (was succeeded; session).")
+    ]
 
 
 # Key admin and command -----------------------------------------------------------------
@@ -1083,6 +1546,77 @@ def test_only_a_superuser_creates_keys_for_another_user(client: Client) -> None:
     response = client.post(url, {"user": staff.pk, "name": "mine"})
     assert KEY_PATTERN.search(response.content.decode())
     assert ApiKey.objects.get().user == staff
+
+
+def revoked_key_of(user: User, name: str = "old") -> ApiKey:
+    key, _plaintext = keys.create_api_key(user, name)
+    ApiKey.objects.filter(pk=key.pk).update(is_active=False)
+    return ApiKey.objects.get(pk=key.pk)
+
+
+def editable_list_post(client: Client, *keys_and_active: tuple[ApiKey, bool]) -> Any:
+    """The key list's form posted, with "active" ticked or not on each key given."""
+    data = {
+        "form-TOTAL_FORMS": str(len(keys_and_active)),
+        "form-INITIAL_FORMS": str(len(keys_and_active)),
+        "_save": "Save",
+    }
+    for index, (key, active) in enumerate(keys_and_active):
+        data[f"form-{index}-id"] = str(key.pk)
+        if active:
+            data[f"form-{index}-is_active"] = "on"
+    return client.post(reverse("admin:delayjobs_apikey_changelist"), data)
+
+
+def test_a_revoked_key_stays_revoked_even_for_a_superuser(client: Client) -> None:
+    root = User.objects.create_superuser("root", password="x")
+    client.force_login(root)
+    key = revoked_key_of(make_user(*ALL_PERMISSIONS))
+    page = client.get(reverse("admin:delayjobs_apikey_change", args=[key.pk]))
+    assert 'name="is_active"' not in page.content.decode()  # shown, not editable
+    client.post(
+        reverse("admin:delayjobs_apikey_change", args=[key.pk]),
+        {"name": "old", "is_active": "on"},
+    )
+    assert not ApiKey.objects.get(pk=key.pk).is_active
+    editable_list_post(client, (key, True))
+    assert not ApiKey.objects.get(pk=key.pk).is_active
+    # Renaming it is still possible; it stays revoked.
+    client.post(reverse("admin:delayjobs_apikey_change", args=[key.pk]), {"name": "renamed"})
+    assert ApiKey.objects.values_list("name", "is_active").get(pk=key.pk) == ("renamed", False)
+
+
+def test_staff_see_and_change_only_their_own_keys(client: Client) -> None:
+    boss = User.objects.create_superuser("boss", password="x")
+    boss_key, boss_plaintext = keys.create_api_key(boss, "boss key")
+    revoked = revoked_key_of(boss, "boss old key")
+    staff = make_user(
+        "view_apikey", "change_apikey", "delete_apikey", username="staff", is_staff=True
+    )
+    own, _plaintext = keys.create_api_key(staff, "mine")
+    client.force_login(staff)
+    listed = client.get(reverse("admin:delayjobs_apikey_changelist")).content.decode()
+    assert own.prefix in listed
+    assert boss_key.prefix not in listed and revoked.prefix not in listed
+    for key in (boss_key, revoked):
+        for view in ("change", "delete"):
+            response = client.get(reverse(f"admin:delayjobs_apikey_{view}", args=[key.pk]))
+            assert response.status_code in (302, 403, 404)
+            assert key.prefix not in response.content.decode()
+        client.post(
+            reverse("admin:delayjobs_apikey_change", args=[key.pk]),
+            {"name": "hijacked", "is_active": "on" if key is revoked else ""},
+        )
+        client.post(reverse("admin:delayjobs_apikey_delete", args=[key.pk]), {"post": "yes"})
+    editable_list_post(client, (boss_key, False), (revoked, True))
+    assert list(ApiKey.objects.filter(user=boss).values_list("name", "is_active")) == [
+        ("boss old key", False),
+        ("boss key", True),
+    ]
+    assert Api(Client(), boss_plaintext).get("jobs/").status_code == 200
+    # Their own key they may revoke, in the list.
+    assert editable_list_post(client, (own, False)).status_code == 302
+    assert not ApiKey.objects.get(pk=own.pk).is_active
 
 
 # End to end ------------------------------------------------------------------------------

@@ -2,6 +2,11 @@
 
 A key is revoked by unticking "active" (in the list or on its page), not deleted, so that its
 name and last use stay on record. The digest is never shown.
+
+A key acts with all of its user's permissions, so who may touch which key is narrower
+than the model permissions alone: a superuser sees and changes every key; anyone else
+(with the apikey permissions) only their own. Revocation is one way: a revoked key's
+"active" cannot be ticked again, by anyone (create a new key instead).
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from typing import Any
 from django import forms
 from django.contrib import admin
 from django.core.exceptions import ValidationError
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.utils.translation import gettext
@@ -43,6 +49,22 @@ class ApiKeyAddForm(forms.ModelForm):
         return user
 
 
+class OneWayRevocationForm(forms.ModelForm):
+    """A key's form (on its page and in the list) that cannot re-activate a revoked key:
+    once a key is revoked, its "active" box is disabled, so a posted value is ignored."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        field = self.fields.get("is_active")
+        if field is not None and self.instance.pk is not None and not self.instance.is_active:
+            field.disabled = True
+
+
+def may_manage(user: Any, key: ApiKey | None) -> bool:
+    """Whether ``user`` may see and change ``key`` (None: keys in general)."""
+    return key is None or user.is_superuser or key.user_id == user.pk
+
+
 @admin.register(ApiKey)
 class ApiKeyAdmin(admin.ModelAdmin):
     list_display = SHOWN_FIELDS
@@ -56,12 +78,34 @@ class ApiKeyAdmin(admin.ModelAdmin):
     list_editable = ("is_active",)
     actions = None
 
+    def get_queryset(self, request: HttpRequest) -> QuerySet[ApiKey]:
+        keys = super().get_queryset(request)
+        if request.user.is_superuser:
+            return keys
+        # Another user's key is not even listed: its name and use are that user's business.
+        return keys.filter(user=request.user)
+
+    def has_view_permission(self, request: HttpRequest, obj: ApiKey | None = None) -> bool:
+        return super().has_view_permission(request, obj) and may_manage(request.user, obj)
+
+    def has_change_permission(self, request: HttpRequest, obj: ApiKey | None = None) -> bool:
+        return super().has_change_permission(request, obj) and may_manage(request.user, obj)
+
+    def has_delete_permission(self, request: HttpRequest, obj: ApiKey | None = None) -> bool:
+        return super().has_delete_permission(request, obj) and may_manage(request.user, obj)
+
     def get_form(
         self, request: HttpRequest, obj: ApiKey | None = None, change: bool = False, **kwargs: Any
     ) -> Any:
         if obj is None:
             kwargs["form"] = type("ApiKeyAddForm", (ApiKeyAddForm,), {"creator": request.user})
+        else:
+            kwargs["form"] = OneWayRevocationForm
         return super().get_form(request, obj, change, **kwargs)
+
+    def get_changelist_form(self, request: HttpRequest, **kwargs: Any) -> Any:
+        kwargs.setdefault("form", OneWayRevocationForm)
+        return super().get_changelist_form(request, **kwargs)
 
     def get_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> tuple[str, ...]:
         # A new key needs a user and a name; prefix and digest are drawn when it is saved.
@@ -70,10 +114,16 @@ class ApiKeyAdmin(admin.ModelAdmin):
     def get_readonly_fields(
         self, request: HttpRequest, obj: ApiKey | None = None
     ) -> tuple[str, ...]:
-        return () if obj is None else ("user", "prefix", "created_at", "last_used_at")
+        if obj is None:
+            return ()
+        fixed = ("user", "prefix", "created_at", "last_used_at")
+        return fixed if obj.is_active else (*fixed, "is_active")
 
     def save_model(self, request: HttpRequest, obj: ApiKey, form: Any, change: bool) -> None:
         if change:
+            # The forms cannot re-activate a key; this holds whatever form posts here.
+            if not ApiKey.objects.filter(pk=obj.pk, is_active=True).exists():
+                obj.is_active = False
             super().save_model(request, obj, form, change)
             return
         created, plaintext = create_api_key(obj.user, obj.name)

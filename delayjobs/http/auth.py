@@ -5,6 +5,10 @@ key is refused even if a session cookie came along, so a service never acts as w
 last logged in to the browser it shares. Session requests with unsafe methods must pass
 Django's CSRF check; key requests are exempt, since a browser never adds a Bearer header
 to a forged request by itself.
+
+A session counts only for staff users (``is_staff``), as in the admin: the API is a tool
+of the site's operators, not of every logged-in visitor. Keys need not belong to staff:
+a service's user is usually a plain account with only the permissions it needs.
 """
 
 from __future__ import annotations
@@ -38,6 +42,10 @@ def authenticate(request: HttpRequest) -> Identity:
         return _from_bearer(header)
     user = getattr(request, "user", None)  # None without AuthenticationMiddleware
     if user is not None and user.is_authenticated and user.is_active:
+        if not user.is_staff:
+            raise unauthenticated(
+                "A session authenticates only staff users; send 'Authorization: Bearer <key>'."
+            )
         if request.method not in SAFE_METHODS:
             _check_csrf(request)
         return Identity(user, None)
@@ -55,6 +63,7 @@ def _from_bearer(header: str) -> Identity:
     token = token.strip()
     if scheme.lower() != "bearer" or not token or " " in token:
         raise unauthenticated("Malformed Authorization header: expected 'Bearer <key>'.")
+    # find_key checks the key's format before it queries: junk never reaches the database.
     key = keys.find_key(token)
     # One message for an unknown prefix and a wrong secret: neither helps a guesser.
     if key is None:

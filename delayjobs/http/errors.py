@@ -19,7 +19,7 @@ ERRORS: dict[str, tuple[int, str]] = {
     "not_authenticated": (401, "No valid API key or session came with the request."),
     "permission_denied": (403, "The user lacks the permission this operation needs."),
     "csrf_failed": (403, "A session request with an unsafe method failed the CSRF check."),
-    "not_found": (404, "No such job."),
+    "not_found": (404, "No such job (or no active job holds the key), or no such URL."),
     "method_not_allowed": (405, "This URL does not take this HTTP method."),
     "duplicate_key": (409, "An active job already holds the key."),
     "invalid_transition": (409, "The job's status does not allow this operation."),

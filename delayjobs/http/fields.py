@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.utils import timezone
@@ -71,15 +71,65 @@ def _integer(value: Any) -> int:
     return value
 
 
+def number_text(value: float) -> str:
+    """A JSON number as a person would write it: 3600, 90.5, 1e+300 (not 3600.0)."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e16:
+        return str(int(value))
+    return repr(value)
+
+
 def _seconds(value: Any) -> timedelta:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise FieldError(f"must be a number of seconds, got {_json_type(value)}.")
     if value < 0:
-        raise FieldError(f"must be 0 or more seconds, got {value}.")
+        raise FieldError(f"must be 0 or more seconds, got {number_text(value)}.")
     try:
         return timedelta(seconds=value)
     except OverflowError:
-        raise FieldError(f"{value} seconds is too long.") from None
+        raise FieldError(f"{number_text(value)} seconds is too long.") from None
+
+
+def seconds_between(low: timedelta, high: timedelta) -> Kind:
+    """A number of seconds from ``low`` to ``high``, as a timedelta."""
+    low_text, high_text = number_text(low.total_seconds()), number_text(high.total_seconds())
+    days = f" ({high.days} days)" if high.days and high == timedelta(days=high.days) else ""
+    message = f"must be from {low_text} to {high_text} seconds{days}"
+
+    def convert(value: Any) -> timedelta:
+        delta = _seconds(value)
+        if not low <= delta <= high:
+            raise FieldError(f"{message}, got {number_text(value)}.")
+        return delta
+
+    schema = {"type": "number", "minimum": low.total_seconds(), "maximum": high.total_seconds()}
+    return Kind(schema, convert)
+
+
+def integer_between(low: int, high: int) -> Kind:
+    """An integer from ``low`` to ``high``."""
+
+    def convert(value: Any) -> int:
+        number = _integer(value)
+        if not low <= number <= high:
+            shown = number_text(value) if isinstance(value, float) else str(number)
+            raise FieldError(f"must be an integer from {low} to {high}, got {shown}.")
+        return number
+
+    return Kind({"type": "integer", "minimum": low, "maximum": high}, convert)
+
+
+#: The latest moment a job can be due: Python's (and so the API's) last representable time.
+LATEST = datetime.max.replace(tzinfo=UTC)
+
+
+def _delay(value: Any) -> timedelta:
+    delay = _seconds(value)
+    # The job must be due at a time that exists: before the end of the year 9999 (UTC).
+    if delay >= LATEST - timezone.now() - timedelta(days=1):
+        raise FieldError(
+            f"{number_text(value)} seconds from now is after the year 9999: no job can be due then."
+        )
+    return delay
 
 
 def _aware_datetime(value: Any) -> datetime:
@@ -95,6 +145,11 @@ def _aware_datetime(value: Any) -> datetime:
         raise FieldError(
             f"must carry a UTC offset ('Z' or '+02:00'): {text!r} could be any time zone."
         )
+    try:
+        # Stored in UTC: 0001-01-01T00:30+01:00 is a valid text, but no time in UTC.
+        moment.astimezone(UTC)
+    except OverflowError:
+        raise FieldError(f"must be between the years 1 and 9999 in UTC, got {text!r}.") from None
     return moment
 
 
@@ -108,6 +163,8 @@ TEXT = Kind({"type": "string"}, _text)
 BOOLEAN = Kind({"type": "boolean"}, _boolean)
 INTEGER = Kind({"type": "integer"}, _integer)
 SECONDS = Kind({"type": "number", "minimum": 0}, _seconds)
+#: Seconds from now until a job is due.
+DELAY = Kind({"type": "number", "minimum": 0}, _delay)
 DATETIME = Kind({"type": "string", "format": "date-time"}, _aware_datetime)
 ANY_JSON = Kind({}, _anything)
 
@@ -160,8 +217,13 @@ class Body:
     name: str
     fields: tuple[Field, ...]
     description: str = ""
-    #: At least one of these fields must be present.
+    #: Exactly one of these fields must be present.
     one_of: tuple[str, ...] = ()
+    #: At most one of these fields may be present and not null.
+    exclusive: tuple[str, ...] = ()
+    #: A rule across fields, run on the converted values once each field is valid:
+    #: returns {field: message} for the fields at fault.
+    check: Callable[[dict[str, Any]], dict[str, str]] | None = None
 
     def schema(self) -> Schema:
         schema: Schema = {
@@ -173,7 +235,12 @@ class Body:
         if required:
             schema["required"] = required
         if self.one_of:
-            schema["anyOf"] = [{"required": [name]} for name in self.one_of]
+            schema["oneOf"] = [{"required": [name]} for name in self.one_of]
+        if self.exclusive:
+            schema["not"] = {
+                "required": list(self.exclusive),
+                "properties": {name: {"not": {"type": "null"}} for name in self.exclusive},
+            }
         if self.description:
             schema["description"] = self.description
         return schema
@@ -197,11 +264,20 @@ class Body:
                 errors.update({f"{name}{sub}": text for sub, text in exc.errors.items()})
                 if not exc.errors:
                     errors[name] = str(exc)
-        if self.one_of and not errors and not set(self.one_of) & set(values):
-            errors.update(dict.fromkeys(self.one_of, "Give one of these fields."))
+        if not errors:
+            errors.update(self._cross_field_errors(values))
         if errors:
             raise FieldError(f"Invalid {self.name}.", errors)
         return values
+
+    def _cross_field_errors(self, values: dict[str, Any]) -> dict[str, str]:
+        for group in (self.one_of, self.exclusive):
+            given = [name for name in group if values.get(name) is not None]
+            if len(given) > 1:
+                return dict.fromkeys(given, f"Give {' or '.join(group)}, not both.")
+        if self.one_of and not set(self.one_of) & set(values):
+            return dict.fromkeys(self.one_of, "Give one of these fields.")
+        return self.check(values) if self.check else {}
 
 
 def list_of(body: Body, max_items: int) -> Kind:

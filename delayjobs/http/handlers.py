@@ -9,32 +9,38 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.apps import apps
 from django.contrib.contenttypes.models import ContentType
 from django.http import HttpRequest
 from django.urls import reverse
+from django.utils.translation import gettext
 
 from delayjobs import api
 from delayjobs.exceptions import InvalidTransition, JobNotFound
+from delayjobs.http import permissions
 from delayjobs.http.errors import ApiError
 from delayjobs.http.fields import (
     ANY_JSON,
     BOOLEAN,
     DATETIME,
-    INTEGER,
-    SECONDS,
+    DELAY,
     STRING,
     TEXT,
     Body,
     Field,
     FieldError,
     Param,
+    integer_between,
     list_of,
+    seconds_between,
 )
-from delayjobs.http.serialize import job_json
-from delayjobs.models import DelayedJob, JobStatus
+from delayjobs.http.serialize import iso, job_json
+from delayjobs.jobtypes import QUEUE_PATTERN, registry
+from delayjobs.models import DelayedJob, JobStatus, jobs_database
 
 #: Ids above this cannot exist (a 64-bit primary key); looking one up could overflow.
 MAX_ID = 2**63 - 1
@@ -54,12 +60,31 @@ class Call:
     path: dict[str, Any] = field(default_factory=dict)
     body: dict[str, Any] = field(default_factory=dict)
     query: dict[str, Any] = field(default_factory=dict)
+    #: The API key the request came with; None for a session (or a public operation).
+    api_key: Any = None
 
     def url(self, name: str, **kwargs: Any) -> str:
         """The absolute URL of one of this API's endpoints, wherever it is mounted."""
         namespace = self.request.resolver_match.namespace if self.request.resolver_match else ""
         route = f"{namespace}:{name}" if namespace else name
         return self.request.build_absolute_uri(reverse(route, kwargs=kwargs))
+
+    @property
+    def can_view(self) -> bool:
+        """Whether the caller may read jobs: only then do replies show a job's fields."""
+        return self.user is not None and bool(self.user.has_perm(permissions.VIEW))
+
+    def job_body(self, job: DelayedJob) -> dict[str, Any]:
+        """The job as the caller may see it: every field, or only its id without
+        view_delayedjob (a job found by key may be another service's)."""
+        return job_json(job) if self.can_view else {"id": job.pk}
+
+    @property
+    def actor(self) -> str:
+        """How the caller authenticated, for the audit log: the key's name, or a session."""
+        if self.api_key is None:
+            return gettext("session")
+        return gettext("API key %(name)r") % {"name": self.api_key.name}
 
 
 @dataclass(frozen=True)
@@ -78,19 +103,31 @@ RUN_AT = Field(
     nullable=True,
     schema_extra={"examples": ["2030-01-15T14:30:00Z"]},
 )
-DELAY = Field("delay", SECONDS, "Seconds from now until the job is due.", nullable=True)
+DELAY_FIELD = Field("delay", DELAY, "Seconds from now until the job is due.", nullable=True)
+
+
+def _replace_needs_key(values: dict[str, Any]) -> dict[str, str]:
+    if values.get("replace") and values.get("key") is None:
+        return {"replace": "true needs a key: it moves the scheduled job holding that key."}
+    return {}
+
 
 #: Named as schedule()'s arguments, so that a parsed body is its keyword arguments.
 SCHEDULE = Body(
     "schedule request",
     (
-        Field("job_type", STRING, "A registered job type's name.", required=True),
+        Field(
+            "job_type",
+            STRING,
+            "A registered job type's name (one open to the HTTP API).",
+            required=True,
+        ),
         Field("payload", ANY_JSON, "Any JSON value the job receives (default {})."),
         RUN_AT,
-        DELAY,
+        DELAY_FIELD,
         Field(
             "key",
-            STRING,
+            TEXT,
             "Business key: at most one scheduled or running job holds it.",
             nullable=True,
             schema_extra={"minLength": 1, "maxLength": api.KEY_MAX_LENGTH},
@@ -98,31 +135,39 @@ SCHEDULE = Body(
         Field(
             "replace",
             BOOLEAN,
-            "With a key held by a scheduled job, move that job instead of refusing (409).",
+            "With a key held by a scheduled job of the same job type and queue, move that "
+            "job (its time, payload, max_attempts, max_lateness and priority) instead of "
+            "refusing (409). Needs the permission delayjobs.reschedule_delayedjob as well.",
         ),
-        Field("queue", STRING, "The queue (default: the job type's).", nullable=True),
+        Field(
+            "queue",
+            STRING,
+            "The queue (default: the job type's).",
+            nullable=True,
+            schema_extra={"pattern": QUEUE_PATTERN.pattern, "minLength": 1, "maxLength": 100},
+        ),
         Field(
             "max_attempts",
-            INTEGER,
-            "Executions before the job fails (default: the job type's).",
+            integer_between(1, api.MAX_ATTEMPTS_LIMIT),
+            "Executions before the job fails; null or absent: the job type's.",
             nullable=True,
-            schema_extra={"minimum": 1, "maximum": api.MAX_ATTEMPTS_LIMIT},
         ),
         Field(
             "max_lateness",
-            SECONDS,
-            "Seconds after run_at past which the job expires instead of starting "
-            "(default: the job type's).",
+            seconds_between(api.MIN_LATENESS, api.MAX_LATENESS),
+            "Seconds after run_at past which the job expires instead of starting, from "
+            "0.001 to 366 days; null or absent: the job type's limit applies.",
             nullable=True,
         ),
         Field(
             "priority",
-            INTEGER,
+            integer_between(-100, 100),
             "Among jobs due together, higher runs first (default 0).",
-            schema_extra={"minimum": -100, "maximum": 100},
         ),
     ),
-    description="Either run_at or delay, or neither for now.",
+    description="At most one of run_at and delay; neither: due now.",
+    exclusive=("run_at", "delay"),
+    check=_replace_needs_key,
 )
 BULK_SCHEDULE = Body(
     "bulk schedule request",
@@ -141,7 +186,10 @@ CANCEL_BY_KEY = Body(
 )
 RESCHEDULE = Body(
     "reschedule request",
-    (dataclasses.replace(RUN_AT, nullable=False), dataclasses.replace(DELAY, nullable=False)),
+    (
+        dataclasses.replace(RUN_AT, nullable=False),
+        dataclasses.replace(DELAY_FIELD, nullable=False),
+    ),
     description="Exactly one of run_at and delay.",
     one_of=("run_at", "delay"),
 )
@@ -229,13 +277,19 @@ LIST_PARAMS = (
 
 
 def schedule_job(call: Call) -> Reply:
-    job = api.schedule(**call.body)
-    return Reply(201, job_json(job), {"Location": call.url("job", job_id=job.pk)})
+    [spec], [moved] = _prepare_schedule(call, [call.body], bulk=False)
+    before = _due_times(moved)
+    job = api.schedule(**spec)
+    _audit_scheduled(call, [job], before)
+    return Reply(201, call.job_body(job), {"Location": call.url("job", job_id=job.pk)})
 
 
 def schedule_jobs(call: Call) -> Reply:
-    jobs = api.schedule_many(call.body["jobs"])
-    return Reply(201, {"jobs": [job_json(job) for job in jobs]})
+    specs, moved = _prepare_schedule(call, call.body["jobs"], bulk=True)
+    before = _due_times(*moved)
+    jobs = api.schedule_many(specs)
+    _audit_scheduled(call, jobs, before)
+    return Reply(201, {"jobs": [call.job_body(job) for job in jobs]})
 
 
 def list_jobs(call: Call) -> Reply:
@@ -277,7 +331,7 @@ def get_job(call: Call) -> Reply:
 
 
 def cancel_job(call: Call) -> Reply:
-    return _cancel(_job(call))
+    return _cancel(call, _job(call))
 
 
 def cancel_job_by_key(call: Call) -> Reply:
@@ -285,20 +339,26 @@ def cancel_job_by_key(call: Call) -> Reply:
     holder = DelayedJob.objects.active().filter(key=key).first()
     if holder is None:
         raise JobNotFound(f"No scheduled or running job holds key {key!r}.")
-    return _cancel(holder)
+    return _cancel(call, holder)
 
 
 def reschedule_job(call: Call) -> Reply:
+    was = _locked_field(call, "run_at")
     job = api.reschedule(_job_id(call), **call.body)
-    return Reply(200, job_json(job))
+    message = gettext("Rescheduled through the HTTP API from %(old)s to %(new)s (%(actor)s).")
+    audit(call, [(job, message % {"old": iso(was), "new": iso(job.run_at), "actor": call.actor})])
+    return Reply(200, call.job_body(job))
 
 
 def retry_job(call: Call) -> Reply:
+    was = _locked_field(call, "status")
     job = api.retry(_job_id(call))
-    return Reply(200, job_json(job))
+    message = gettext("Retried through the HTTP API (was %(status)s; %(actor)s).")
+    audit(call, [(job, message % {"status": was, "actor": call.actor})])
+    return Reply(200, call.job_body(job))
 
 
-def _cancel(job: DelayedJob) -> Reply:
+def _cancel(call: Call, job: DelayedJob) -> Reply:
     cancelled = api.cancel(job.pk)
     job.refresh_from_db()
     if not cancelled:
@@ -306,7 +366,9 @@ def _cancel(job: DelayedJob) -> Reply:
             f"Cannot cancel job {job.pk}: it is {job.status}; only a scheduled job can be "
             f"cancelled (a running job is not interrupted)."
         )
-    return Reply(200, job_json(job))
+    message = gettext("Cancelled through the HTTP API (%(actor)s).")
+    audit(call, [(job, message % {"actor": call.actor})])
+    return Reply(200, call.job_body(job))
 
 
 def _job_id(call: Call) -> int:
@@ -316,9 +378,157 @@ def _job_id(call: Call) -> int:
     return job_id
 
 
+def _locked_field(call: Call, name: str) -> Any:
+    """One field of the job, its row locked until the operation's transaction ends: what
+    it was before the change, for the audit log."""
+    job_id = _job_id(call)
+    jobs = DelayedJob.objects.using(jobs_database()).select_for_update().filter(pk=job_id)
+    rows = jobs.values_list(name, flat=True)
+    if not rows:
+        raise JobNotFound(f"Job {job_id} does not exist.")
+    return rows[0]
+
+
 def _job(call: Call) -> DelayedJob:
     job_id = _job_id(call)
     job = DelayedJob.objects.select_related("content_type").filter(pk=job_id).first()
     if job is None:
         raise JobNotFound(f"Job {job_id} does not exist.")
     return job
+
+
+# Scheduling: job types open to the API, and replace -------------------------------------
+
+
+def _prepare_schedule(
+    call: Call, specs: Sequence[dict[str, Any]], *, bulk: bool
+) -> tuple[list[dict[str, Any]], list[DelayedJob | None]]:
+    """The specs to give schedule() and, for each, the job its replace will move (or None).
+
+    Refuses (before anything is written) a job type that is not open to the API, a replace
+    without the permission to move jobs, and a replace that would turn the job holding the
+    key into another job type or move it to another queue.
+    """
+    if any(spec.get("replace") for spec in specs) and not call.user.has_perm(
+        permissions.RESCHEDULE
+    ):
+        raise ApiError(
+            "permission_denied",
+            f"replace: true moves the job already holding the key: it needs the permission "
+            f"{permissions.RESCHEDULE} as well.",
+        )
+    _refuse_closed_job_types(specs, bulk=bulk)
+    prepared: list[dict[str, Any]] = []
+    moved: list[DelayedJob | None] = []
+    for index, spec in enumerate(specs):
+        holder = _replaceable_holder(call, spec, f"jobs[{index}]." if bulk else "")
+        # No holder now: a job that takes the key meanwhile is a 409, never moved unchecked.
+        prepared.append({**spec, "replace": holder is not None} if "replace" in spec else spec)
+        moved.append(holder)
+    return prepared, moved
+
+
+def _refuse_closed_job_types(specs: Sequence[dict[str, Any]], *, bulk: bool) -> None:
+    """400 for a job type that is not registered or not ``public``, alike: the API must not
+    tell which internal job types exist, nor list any."""
+    errors: dict[str, str] = {}
+    for index, spec in enumerate(specs):
+        name = spec["job_type"]
+        if name not in registry or not registry.get(name).public:
+            errors[f"jobs[{index}].job_type" if bulk else "job_type"] = (
+                f"Unknown job type {name!r}."
+            )
+    if errors:
+        path, message = next(iter(errors.items()))
+        detail = f"{path.removesuffix('.job_type')}: {message}" if bulk else message
+        raise ApiError("invalid", detail, fields=errors)
+
+
+def _replaceable_holder(call: Call, spec: dict[str, Any], prefix: str) -> DelayedJob | None:
+    """The scheduled job ``spec``'s replace may move, locked; None without one; 409 if the
+    job holding the key may not be moved over HTTP."""
+    if not spec.get("replace"):
+        return None
+    key = spec["key"]
+    holder = (
+        DelayedJob.objects.using(jobs_database())
+        .select_for_update()
+        .active()
+        .filter(key=key)
+        .first()
+    )
+    if holder is None:
+        return None
+    held = f" (job {holder.pk})" if call.can_view else ""
+    extra = {"existing_id": holder.pk} if call.can_view else {}
+    if holder.status != JobStatus.SCHEDULED:
+        detail = (
+            f"An active job already holds key {key!r}{held}: it is {holder.status} and "
+            f"cannot be moved; schedule again once it ends."
+        )
+        raise ApiError("duplicate_key", detail, fields={f"{prefix}key": detail}, extra=extra)
+    queue = spec.get("queue") or registry.get(spec["job_type"]).queue
+    if (holder.job_type, holder.queue) != (spec["job_type"], queue):
+        what = (
+            f"a {holder.job_type!r} job on queue {holder.queue!r}"
+            if call.can_view
+            else "of another job type or queue"
+        )
+        detail = (
+            f"The job holding key {key!r}{held} is {what}: replace over HTTP never changes "
+            f"a job's job type or queue. Cancel that job and schedule a new one."
+        )
+        raise ApiError("duplicate_key", detail, fields={f"{prefix}key": detail}, extra=extra)
+    return holder
+
+
+def _due_times(*holders: DelayedJob | None) -> dict[int, Any]:
+    """When each job a replace moves was due, before: for the audit log."""
+    return {holder.pk: holder.run_at for holder in holders if holder is not None}
+
+
+def _audit_scheduled(call: Call, jobs: Sequence[DelayedJob], moved: dict[int, Any]) -> None:
+    scheduled = gettext("Scheduled through the HTTP API (%(actor)s).") % {"actor": call.actor}
+    replaced = gettext(
+        "Moved through the HTTP API by a schedule with replace, from %(old)s to %(new)s "
+        "(%(actor)s)."
+    )
+    audit(
+        call,
+        [(job, scheduled) for job in jobs if job.pk not in moved],
+        added=True,
+    )
+    audit(
+        call,
+        [
+            (
+                job,
+                replaced % {"old": iso(moved[job.pk]), "new": iso(job.run_at), "actor": call.actor},
+            )
+            for job in jobs
+            if job.pk in moved
+        ],
+    )
+
+
+def audit(call: Call, entries: Sequence[tuple[DelayedJob, str]], *, added: bool = False) -> None:
+    """An admin log entry per job, as the admin's actions write: the user, and a message
+    naming the API and the key (or session) used. Nothing without django.contrib.admin."""
+    if not entries or not apps.is_installed("django.contrib.admin"):
+        return
+    from django.contrib.admin.models import ADDITION, CHANGE, LogEntry
+
+    content_type = ContentType.objects.get_for_model(DelayedJob, for_concrete_model=False)
+    LogEntry.objects.bulk_create(
+        [
+            LogEntry(
+                user_id=call.user.pk,
+                content_type_id=content_type.pk,
+                object_id=str(job.pk),
+                object_repr=str(job)[:200],
+                action_flag=ADDITION if added else CHANGE,
+                change_message=message,
+            )
+            for job, message in entries
+        ]
+    )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import secrets
 from dataclasses import dataclass
 from datetime import timedelta
@@ -29,6 +30,12 @@ SECRET_BYTES = 32
 #: write the key's row on every request.
 TOUCH_INTERVAL = timedelta(minutes=1)
 NAME_MAX_LENGTH = ApiKey._meta.get_field("name").max_length
+#: The whole shape of a key: checked before any query, so that junk in a header (a NUL,
+#: non-ASCII text, a prefix longer than the column) is refused without reaching the
+#: database, which may not even accept it as a parameter (PostgreSQL refuses NUL).
+KEY_FORMAT = re.compile(
+    rf"{SCHEME}_(?P<prefix>[0-9a-f]{{{PREFIX_BYTES * 2}}})_(?P<secret>[A-Za-z0-9_-]{{20,128}})"
+)
 
 
 @dataclass(frozen=True)
@@ -51,12 +58,16 @@ def new_key_material() -> KeyMaterial:
 
 
 def split_key(plaintext: str) -> tuple[str, str] | None:
-    """(prefix, secret) of a key in the ``dj_<prefix>_<secret>`` form, else None."""
-    # The secret (URL-safe base64) may itself contain "_": split twice only.
-    parts = plaintext.split("_", 2)
-    if len(parts) != 3 or parts[0] != SCHEME or not parts[1] or not parts[2]:
+    """(prefix, secret) of a key in the ``dj_<prefix>_<secret>`` form, else None.
+
+    The prefix is 12 lowercase hex digits, the secret URL-safe base64 (which may itself
+    contain "_"); anything else is not a key this module made.
+    """
+    # fullmatch: "$" would also match before a trailing newline.
+    match = KEY_FORMAT.fullmatch(plaintext)
+    if match is None:
         return None
-    return parts[1], parts[2]
+    return match["prefix"], match["secret"]
 
 
 def find_key(plaintext: str) -> ApiKey | None:

@@ -20,6 +20,7 @@ from delayjobs.http import handlers
 from delayjobs.http.errors import ERROR_STATUSES, ERRORS
 from delayjobs.http.fields import Body, Param
 from delayjobs.http.handlers import Call, Reply
+from delayjobs.http.permissions import ADD, CANCEL, RESCHEDULE, RETRY, VIEW
 from delayjobs.http.serialize import ATTEMPT_SCHEMA, JOB_DETAIL_SCHEMA, JOB_SCHEMA, OBJECT_SCHEMA
 
 Schema = dict[str, Any]
@@ -30,11 +31,6 @@ MAX_BODY_BYTES = 1024 * 1024
 #: A bulk request carries up to MAX_BULK_JOBS jobs.
 MAX_BULK_BODY_BYTES = 8 * 1024 * 1024
 
-VIEW = "delayjobs.view_delayedjob"
-ADD = "delayjobs.add_delayedjob"
-CANCEL = "delayjobs.cancel_delayedjob"
-RESCHEDULE = "delayjobs.reschedule_delayedjob"
-RETRY = "delayjobs.retry_delayedjob"
 
 #: A body that must be empty, or an empty JSON object, for actions that take no input.
 NO_FIELDS = Body("request", ())
@@ -61,10 +57,23 @@ class Operation:
     #: Runs in one transaction: all of it applies, or nothing does.
     writes: bool = False
     max_body_bytes: int = MAX_BODY_BYTES
-    #: May answer 404 (no such job) and 409 (its state forbids it; key conflicts).
+    #: May answer 409 (the job's state forbids it; key conflicts).
     conflicts: bool = False
+    #: May answer 404 (no such job); always so for a route with a job id.
+    finds_job: bool = False
     #: The success response has a Location header: the new job's URL.
     location: bool = False
+    #: More to say in the document than the permission needed.
+    notes: str = ""
+
+    def body_limit(self) -> tuple[int, str]:
+        """The largest body this operation takes, and the setting that makes it so: "" for
+        the API's own limit, or DATA_UPLOAD_MAX_MEMORY_SIZE when Django's is smaller
+        (Django refuses such a body before the API could read it)."""
+        django_limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        if django_limit is not None and django_limit < self.max_body_bytes:
+            return django_limit, "DATA_UPLOAD_MAX_MEMORY_SIZE"
+        return self.max_body_bytes, ""
 
     def error_codes(self) -> list[str]:
         """Every error code this operation can answer with."""
@@ -76,7 +85,7 @@ class Operation:
                 codes.append("csrf_failed")
         if self.body is not None:
             codes += ["malformed", "invalid", "too_large", "unsupported_media_type"]
-        if "<int:job_id>" in self.route or self.conflicts:
+        if "<int:job_id>" in self.route or self.finds_job:
             codes.append("not_found")
         if self.conflicts:
             codes += ["duplicate_key", "invalid_transition"]
@@ -93,7 +102,10 @@ def openapi_document(call: Call) -> Reply:
     return Reply(200, build_document(here.removesuffix("openapi.json").rstrip("/")))
 
 
-JOB_ACTION = (200, "The job, after the change.", _ref("Job"))
+#: A job in a reply to a change: all of it, or only its id to a caller without VIEW.
+JOB_OR_ID: Schema = {"oneOf": [_ref("Job"), _ref("JobId")]}
+JOB_ACTION = (200, f"The job, after the change (only its id without {VIEW}).", JOB_OR_ID)
+ONLY_ID = f"The reply shows the job's fields only with {VIEW}; without it, only its id."
 
 OPERATIONS: tuple[Operation, ...] = (
     Operation(
@@ -104,11 +116,20 @@ OPERATIONS: tuple[Operation, ...] = (
         "Schedule a job (delayjobs.schedule).",
         handlers.schedule_job,
         ADD,
-        (201, "The job scheduled (or, with replace, the job moved).", _ref("Job")),
+        (
+            201,
+            f"The job scheduled (or, with replace, the job moved); only its id without {VIEW}.",
+            JOB_OR_ID,
+        ),
         body=handlers.SCHEDULE,
         writes=True,
         conflicts=True,
         location=True,
+        notes=(
+            f"With replace: true, also {RESCHEDULE}; replace never changes the job type or "
+            f"the queue of the job holding the key (409). {ONLY_ID} A job type that is not "
+            f"open to the API is refused as unknown (400)."
+        ),
     ),
     Operation(
         "GET",
@@ -134,6 +155,7 @@ OPERATIONS: tuple[Operation, ...] = (
         writes=True,
         max_body_bytes=MAX_BULK_BODY_BYTES,
         conflicts=True,
+        notes=(f"With replace: true in any job, also {RESCHEDULE}, as for scheduleJob. {ONLY_ID}"),
     ),
     Operation(
         "POST",
@@ -147,6 +169,8 @@ OPERATIONS: tuple[Operation, ...] = (
         body=handlers.CANCEL_BY_KEY,
         writes=True,
         conflicts=True,
+        finds_job=True,
+        notes=ONLY_ID,
     ),
     Operation(
         "GET",
@@ -171,6 +195,7 @@ OPERATIONS: tuple[Operation, ...] = (
         body_required=False,
         writes=True,
         conflicts=True,
+        notes=ONLY_ID,
     ),
     Operation(
         "POST",
@@ -184,6 +209,7 @@ OPERATIONS: tuple[Operation, ...] = (
         body=handlers.RESCHEDULE,
         writes=True,
         conflicts=True,
+        notes=ONLY_ID,
     ),
     Operation(
         "POST",
@@ -198,6 +224,7 @@ OPERATIONS: tuple[Operation, ...] = (
         body_required=False,
         writes=True,
         conflicts=True,
+        notes=ONLY_ID,
     ),
     Operation(
         "GET",
@@ -246,9 +273,14 @@ def build_document(server_url: str) -> Schema:
             "version": delayjobs.__version__,
             "description": (
                 "Schedule, read, cancel, reschedule and retry delayed jobs. Every request "
-                "but this document's needs an API key (Authorization: Bearer dj_...) or a "
-                "Django session (with a CSRF token for POST), and the permission each "
-                "operation names. Errors share one shape (Error); unknown fields are refused."
+                "but this document's needs an API key (Authorization: Bearer dj_...) or the "
+                "Django session of a staff user (with a CSRF token for POST), and the "
+                "permission each operation names. Every change is recorded in the admin's "
+                "log (the user, and the key's name or 'session'). Errors share one shape "
+                "(Error); unknown fields are refused. Every path is also served without its "
+                "trailing slash (never redirected); any other path under this server is a "
+                "404 not_found. HEAD is answered as GET, without the body; OPTIONS answers "
+                "204 with the Allow header, without authentication."
             ),
         },
         "servers": [{"url": server_url}],
@@ -297,13 +329,16 @@ def _operation_object(operation: Operation) -> Schema:
     if operation.permission is None:
         result["security"] = []
     else:
-        result["description"] = f"Needs the permission {operation.permission}."
+        needs = f"Needs the permission {operation.permission}."
+        result["description"] = f"{needs} {operation.notes}".strip()
         result["x-permission"] = operation.permission
     if operation.body is not None:
+        limit, setting = operation.body_limit()
+        source = f" (Django's {setting})" if setting else ""
         result["requestBody"] = {
             "required": operation.body_required,
             "content": _json(operation.body.schema()),
-            "description": f"At most {operation.max_body_bytes} bytes of JSON.",
+            "description": f"At most {limit} bytes of JSON{source}.",
         }
     return result
 
@@ -381,8 +416,15 @@ def _schemas() -> Schema:
         },
         "BulkScheduleResult": {
             "type": "object",
-            "properties": {"jobs": {"type": "array", "items": _ref("Job")}},
+            "properties": {"jobs": {"type": "array", "items": JOB_OR_ID}},
             "required": ["jobs"],
+        },
+        "JobId": {
+            "type": "object",
+            "description": f"A job shown to a caller without {VIEW}: its id only.",
+            "properties": {"id": {"type": "integer"}},
+            "required": ["id"],
+            "additionalProperties": False,
         },
         "Error": {
             "type": "object",
@@ -396,7 +438,10 @@ def _schemas() -> Schema:
                 },
                 "existing_id": {
                     "type": ["integer", "null"],
-                    "description": "duplicate_key: the active job holding the key.",
+                    "description": (
+                        f"duplicate_key: the active job holding the key; only to callers "
+                        f"with {VIEW}."
+                    ),
                 },
             },
             "required": ["error", "detail", "fields"],

@@ -124,8 +124,17 @@ JOB_SCHEMA: Schema = {
         "key": {"type": ["string", "null"], "description": "Business key, if any."},
         "priority": {"type": "integer", "minimum": -100, "maximum": 100},
         "attempts": {"type": "integer", "minimum": 0},
-        "max_attempts": {"type": ["integer", "null"], "description": "null: retry forever."},
-        "max_lateness": {**_nullable(SECONDS), "description": "Seconds; null: no limit."},
+        "max_attempts": {
+            "type": ["integer", "null"],
+            "minimum": 1,
+            "description": "Executions before the job fails; null: no limit, it is retried "
+            "until it succeeds.",
+        },
+        "max_lateness": {
+            **_nullable(SECONDS),
+            "description": "Seconds after run_at past which it expires instead of starting; "
+            "null: its job type's max_lateness applies (which may be no limit).",
+        },
         "result": {"description": "What the job's execute() returned, or null."},
         "last_error": {"type": "string"},
         "worker_id": {"type": "string"},

@@ -4,6 +4,7 @@ operation's handler, in that order; every refusal is a JSON error and changes no
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -25,7 +26,7 @@ from delayjobs.exceptions import (
 from delayjobs.http.auth import authenticate
 from delayjobs.http.errors import ApiError
 from delayjobs.http.fields import FieldError, parse_query
-from delayjobs.http.handlers import Call, Reply
+from delayjobs.http.handlers import BULK_SCHEDULE, SCHEDULE, Call, Reply
 from delayjobs.http.openapi import Operation
 from delayjobs.models import jobs_database
 
@@ -37,7 +38,12 @@ FIRST_WORD = re.compile(r"^(?:The )?(\w+)")
 
 
 class Endpoint:
-    """The view of one route, dispatching to its operations by HTTP method."""
+    """The view of one route, dispatching to its operations by HTTP method.
+
+    HEAD is answered as GET (the server drops the body), as Django's own views do; OPTIONS
+    answers 204 with the Allow header, without authentication (the OpenAPI document,
+    public too, says the same).
+    """
 
     #: Django's CSRF middleware leaves these requests alone: authentication checks CSRF
     #: itself, for session requests only (API keys are not sent by browsers on their own).
@@ -45,6 +51,10 @@ class Endpoint:
 
     def __init__(self, operations: Sequence[Operation]) -> None:
         self.operations = {operation.method: operation for operation in operations}
+        methods = list(self.operations)
+        if "GET" in methods:
+            methods.append("HEAD")
+        self.allowed = ", ".join([*methods, "OPTIONS"])
 
     def __call__(self, request: HttpRequest, **path: Any) -> HttpResponse:
         try:
@@ -56,17 +66,20 @@ class Endpoint:
         return response
 
     def _respond(self, request: HttpRequest, path: dict[str, Any]) -> HttpResponse:
-        operation = self.operations.get(request.method or "")
+        method = request.method or ""
+        if method == "OPTIONS":
+            return HttpResponse(status=204, headers={"Allow": self.allowed})
+        operation = self.operations.get("GET" if method == "HEAD" else method)
         if operation is None:
-            allowed = ", ".join(self.operations)
             raise ApiError(
                 "method_not_allowed",
-                f"{request.method} is not allowed here; use {allowed}.",
-                headers={"Allow": allowed},
+                f"{method} is not allowed here; use {self.allowed}.",
+                headers={"Allow": self.allowed},
             )
-        user = None
+        user = api_key = None
         if operation.permission is not None:
-            user = authenticate(request).user
+            identity = authenticate(request)
+            user, api_key = identity.user, identity.api_key
             if not user.has_perm(operation.permission):
                 raise ApiError(
                     "permission_denied",
@@ -78,11 +91,27 @@ class Endpoint:
             path=path,
             body=read_body(request, operation),
             query=parse_query(request.GET, operation.query),
+            api_key=api_key,
         )
         reply = run(operation, call)
         response = JsonResponse(reply.data, status=reply.status, safe=False)
         for name, value in reply.headers.items():
             response[name] = value
+        return response
+
+
+class NotFound:
+    """Every other URL under the mount point: a JSON 404, not Django's HTML page (and no
+    APPEND_SLASH redirect, which would turn a POST into a GET without its body)."""
+
+    csrf_exempt = True
+
+    def __call__(self, request: HttpRequest, **path: Any) -> HttpResponse:
+        response = ApiError(
+            "not_found",
+            f"No such URL: {request.path}. The API's paths are in its openapi.json.",
+        ).response()
+        add_never_cache_headers(response)
         return response
 
 
@@ -95,13 +124,18 @@ def run(operation: Operation, call: Call) -> Reply:
         with transaction.atomic(using=jobs_database()):
             return operation.handler(call)
     except DelayJobsError as exc:
-        raise api_error(exc) from exc
+        scheduling = operation.body in (SCHEDULE, BULK_SCHEDULE)
+        raise api_error(exc, can_view=call.can_view, scheduling=scheduling) from exc
 
 
-def api_error(exc: DelayJobsError) -> ApiError:
-    """The response to an exception of ``delayjobs.api``."""
+def api_error(exc: DelayJobsError, *, can_view: bool = False, scheduling: bool = False) -> ApiError:
+    """The response to an exception of ``delayjobs.api``. The job holding a key is named
+    only to callers who may view jobs."""
     detail = SPEC_INDEX.sub(r"jobs[\1]: ", str(exc))
     if isinstance(exc, UnknownJobType):
+        # The API's own message: never the list of registered job types.
+        index = SPEC_INDEX.match(str(exc))
+        detail = f"{f'jobs[{index[1]}]: ' if index else ''}Unknown job type {exc.name!r}."
         return ApiError("invalid", detail, fields={_field_path(exc, "job_type"): detail})
     if isinstance(exc, InvalidJob):
         word = FIRST_WORD.match(SPEC_INDEX.sub("", str(exc)))
@@ -109,11 +143,18 @@ def api_error(exc: DelayJobsError) -> ApiError:
         fields = {_field_path(exc, name): detail} if name in SPEC_FIELDS else {}
         return ApiError("invalid", detail, fields=fields)
     if isinstance(exc, DuplicateJob):
+        index = SPEC_INDEX.match(str(exc))
+        held = f" (job {exc.existing_id})" if can_view and exc.existing_id is not None else ""
+        advice = " Cancel it first, or send replace: true to move it." if scheduling else ""
+        detail = (
+            f"{f'jobs[{index[1]}]: ' if index else ''}An active job already holds key "
+            f"{exc.key!r}{held}.{advice}"
+        )
         return ApiError(
             "duplicate_key",
             detail,
             fields={_field_path(exc, "key"): detail},
-            extra={"existing_id": exc.existing_id},
+            extra={"existing_id": exc.existing_id} if can_view else {},
         )
     if isinstance(exc, InvalidTransition):
         return ApiError("invalid_transition", detail)
@@ -134,7 +175,7 @@ def read_body(request: HttpRequest, operation: Operation) -> dict[str, Any]:
     """The operation's body, parsed and converted; {} for an operation without one."""
     if operation.body is None:
         return {}
-    raw = _raw_body(request, operation.max_body_bytes)
+    raw = _raw_body(request, operation)
     if not raw:
         if not operation.body_required:
             return {}
@@ -146,8 +187,10 @@ def read_body(request: HttpRequest, operation: Operation) -> dict[str, Any]:
         raise ApiError("invalid", _describe(exc), fields=exc.errors) from None
 
 
-def _raw_body(request: HttpRequest, limit: int) -> bytes:
-    too_large = ApiError("too_large", f"The body is over the limit of {limit} bytes.")
+def _raw_body(request: HttpRequest, operation: Operation) -> bytes:
+    limit, setting = operation.body_limit()
+    source = f" (Django's {setting})" if setting else ""
+    too_large = ApiError("too_large", f"The body is over the limit of {limit} bytes{source}.")
     try:
         declared = int(request.META.get("CONTENT_LENGTH") or 0)
     except ValueError:
@@ -192,6 +235,18 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+class _NumberOutOfRange(ValueError):
+    pass
+
+
+def _finite_float(text: str) -> float:
+    # 1e400 is valid JSON, but no double holds it: Python would read it as infinity.
+    value = float(text)
+    if not math.isfinite(value):
+        raise _NumberOutOfRange(text)
+    return value
+
+
 def decode_json(raw: bytes) -> Any:
     """The JSON value of ``raw``; ApiError("malformed") for anything that is not JSON."""
     try:
@@ -199,6 +254,7 @@ def decode_json(raw: bytes) -> Any:
             raw.decode("utf-8"),
             object_pairs_hook=_refuse_duplicates,
             parse_constant=_refuse_constant,
+            parse_float=_finite_float,
         )
     except UnicodeDecodeError:
         detail = "The body is not UTF-8 text."
@@ -206,6 +262,11 @@ def decode_json(raw: bytes) -> Any:
         detail = f"The body is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})."
     except _DuplicateName as exc:
         detail = f"The body has the field {exc.args[0]!r} twice."
+    except _NumberOutOfRange as exc:
+        detail = (
+            f"The body holds the number {exc.args[0][:40]}, too large for this API: numbers "
+            f"must be within about ±1.8e308 (a 64-bit float)."
+        )
     except RecursionError:
         detail = "The body is nested too deeply."
     except ValueError as exc:  # NaN, Infinity, numbers of thousands of digits
