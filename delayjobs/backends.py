@@ -7,25 +7,30 @@ Redis hand-off waits for the commit, as ``delayjobs.schedule`` always does): ``r
 the task's ``run_after`` (or now), ``priority`` and ``queue`` are the task's. A consumer
 (``run_delay_consumer``) runs it; ``get_result()`` reads the row and its attempts.
 
+``QUEUES`` must list the queues (Django's default is ``["default"]``): an empty list, which
+the framework reads as "any queue", is refused, as consumers could not know what to consume.
+
 OPTIONS:
 
 - ``MAX_ATTEMPTS``: executions before a raising task is FAILED (default: the job type's,
-  5); each failed attempt is retried with delayjobs' backoff and is listed in ``errors``.
+  5; at most 2**31 - 1); each failed attempt is retried with delayjobs' backoff and is
+  listed in ``errors``.
 - ``MODULES``: modules to search for ``@task`` objects besides every installed app's
-  ``tasks`` module. A task outside them is unknown to consumers.
+  ``tasks`` module. ``enqueue()`` refuses a task consumers would not find there.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import sys
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
 
-from delayjobs.api import schedule
+from delayjobs.api import MAX_ATTEMPTS_LIMIT, schedule
 from delayjobs.exceptions import InvalidJob
 from delayjobs.jobtypes import QUEUE_PATTERN
 from delayjobs.models import DelayedJob, jobs_database
@@ -47,6 +52,7 @@ from delayjobs.task_jobs import (
     TaskRefused,
     attempts_of,
     build_result,
+    placeholder_task,
     task_for_job,
 )
 
@@ -73,6 +79,13 @@ class DelayJobsBackend(BaseTaskBackend):
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
+        if not self.queues:
+            # The framework reads an empty QUEUES as "any queue": consumers, which serve
+            # the queues listed here, would then never run tasks sent to the others.
+            raise ImproperlyConfigured(
+                f"TASKS[{alias!r}]['QUEUES'] is empty; list the queues tasks may use "
+                f"(consumers serve exactly those), or leave it out for ['default']."
+            )
         bad_queues = sorted(
             repr(q) for q in self.queues if not isinstance(q, str) or not QUEUE_PATTERN.fullmatch(q)
         )
@@ -98,15 +111,13 @@ class DelayJobsBackend(BaseTaskBackend):
 
     def enqueue(self, task: Task, args: Iterable[Any], kwargs: Mapping[str, Any]) -> TaskResult:
         self.validate_task(task)
+        self._check_discoverable(task)
         call = TaskCall(
             path=task.module_path,
             args=_json_round_trip(task, "args", list(args)),
             kwargs=_json_round_trip(task, "kwargs", dict(kwargs)),
             backend=self.alias,
         )
-        # Not a security boundary (consumers only run tasks they discovered themselves),
-        # but lets this process read back results of tasks from undeclared modules.
-        index.add(task)
         try:
             job = schedule(
                 TASK_JOB_TYPE,
@@ -137,10 +148,39 @@ class DelayJobsBackend(BaseTaskBackend):
                 f"Task result {result_id!r} is of backend {call.backend!r}, not {self.alias!r}."
             )
         try:
-            task = index.get(call.path)
-        except UnregisteredTask as exc:
-            raise TaskResultDoesNotExist(f"Task result {result_id!r}: {exc}") from None
-        return build_result(task_for_job(task, job, self.alias), job, call, list(attempts_of(job)))
+            task = task_for_job(index.get(call.path), job, self.alias)
+        except UnregisteredTask:
+            # A renamed or removed task, or one whose module failed to import here: the
+            # row still tells its status, errors and return value.
+            task = placeholder_task(job, self.alias, sorted(self.queues))
+        return build_result(task, job, call, list(attempts_of(job)))
+
+    def _check_discoverable(self, task: Task) -> None:
+        """Refuse a task no consumer could find: one that is not an attribute of a module
+        discovery searches (an installed app's ``tasks`` module, or OPTIONS["MODULES"])."""
+        path = task.module_path
+        if index.find(path) is not None:
+            return
+        module_name = getattr(task.func, "__module__", None) or ""
+        module = sys.modules.get(module_name)
+        if module is not None and index.is_declared(module_name):
+            index.add_module(module)  # loaded already: it defines the function
+        if index.find(path) is None:
+            index.discover()  # a Task object of one declared module may wrap another's
+        if index.find(path) is not None:
+            return
+        if index.is_declared(module_name):
+            raise InvalidTaskCall(
+                f"Task {path} is not a @task attribute of its module {module_name}, so "
+                f"consumers, which look tasks up by module attribute, would not find it. "
+                f"Define it at module level with @task."
+            )
+        raise InvalidTaskCall(
+            f"Task {path} is defined in {module_name}, where consumers do not look for "
+            f"tasks: none could run it. Define it with @task in the 'tasks' module of an "
+            f"installed app, or add {module_name!r} to "
+            f"TASKS[{self.alias!r}]['OPTIONS']['MODULES']."
+        )
 
     def _job(self, result_id: Any) -> DelayedJob:
         text = str(result_id) if isinstance(result_id, str | int) else ""
@@ -156,9 +196,10 @@ class DelayJobsBackend(BaseTaskBackend):
 def _max_attempts(alias: str, value: Any) -> int | None:
     if value is None:
         return DjangoTaskJob.max_attempts
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_ATTEMPTS_LIMIT:
         raise ImproperlyConfigured(
-            f"TASKS[{alias!r}]['OPTIONS']['MAX_ATTEMPTS'] must be a positive int, got {value!r}."
+            f"TASKS[{alias!r}]['OPTIONS']['MAX_ATTEMPTS'] must be a positive int up to "
+            f"{MAX_ATTEMPTS_LIMIT}, got {value!r}."
         )
     return value
 

@@ -9,19 +9,28 @@ importing only modules the project declares, as Celery's autodiscovery does:
 - the modules listed in ``OPTIONS["MODULES"]`` of each DelayJobsBackend in ``TASKS``,
 
 and every Task object found as an attribute of those modules is indexed. ``enqueue()``
-also indexes the task it is given, so the enqueuing process can read its results.
-Discovery runs once per process, on the first lookup that misses.
+refuses a task that is not found so (``DelayJobsBackend.enqueue``): no consumer could
+run it.
+
+Discovery runs on the first lookup that misses, and again on a later miss, at most once
+every ``REDISCOVER_INTERVAL`` seconds: a module that failed to import (the database was
+down while the consumer started) is tried again, yet a stream of rows naming an unknown
+task does not re-import on every row.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from importlib import import_module
+from types import ModuleType
+from typing import Any
 
 from django.apps import apps
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
 from django.utils.module_loading import module_has_submodule
 
 from delayjobs.task_compat import Task, task_backends
@@ -32,6 +41,8 @@ logger = logging.getLogger(__name__)
 TASKS_MODULE = "tasks"
 #: Apps whose ``tasks`` module is not searched: delayjobs' own holds Celery tasks.
 SKIPPED_APPS = frozenset({"delayjobs"})
+#: The least time, in seconds, between two discoveries (see the module's docstring).
+REDISCOVER_INTERVAL = 5.0
 
 
 class UnregisteredTask(LookupError):
@@ -39,15 +50,21 @@ class UnregisteredTask(LookupError):
 
 
 class TaskIndex:
-    def __init__(self) -> None:
+    def __init__(self, rediscover_interval: float = REDISCOVER_INTERVAL) -> None:
+        self.rediscover_interval = rediscover_interval
         self._tasks: dict[str, Task] = {}
+        # Guards _tasks, _failures and _declared: lookups, listings and additions come
+        # from several threads (a consumer's workers, a web server's).
         self._lock = threading.Lock()
         # Held for the whole discovery, so that a lookup racing it waits for its end
         # rather than reporting a task unknown that is being imported.
         self._discovery_lock = threading.Lock()
-        self._discovered = False
+        #: time.monotonic() of the last discovery; None: none yet.
+        self._discovered_at: float | None = None
         #: Declared modules that failed to import, with the error: shown on a miss.
         self._failures: dict[str, str] = {}
+        #: declared_modules(), computed once (and again when TASKS or INSTALLED_APPS change).
+        self._declared: frozenset[str] | None = None
 
     def add(self, task: Task) -> None:
         # The first Task object of a path wins: a later copy (task.using(...)) has the
@@ -55,54 +72,89 @@ class TaskIndex:
         with self._lock:
             self._tasks.setdefault(task.module_path, task)
 
-    def add_module(self, module: object) -> int:
+    def add_module(self, module: ModuleType) -> int:
         """Index every Task object that is an attribute of ``module``; return how many."""
-        found = [value for value in vars(module).values() if isinstance(value, Task)]
+        found = [value for value in list(vars(module).values()) if isinstance(value, Task)]
         for task in found:
             self.add(task)
         return len(found)
 
+    def find(self, path: object) -> Task | None:
+        """The indexed Task of ``path``, without discovering anything."""
+        if not isinstance(path, str):
+            return None
+        with self._lock:
+            return self._tasks.get(path)
+
     def get(self, path: str) -> Task:
         """The Task whose module path is ``path``; ``UnregisteredTask`` if none is declared."""
-        task = self._tasks.get(path) if isinstance(path, str) else None
-        if task is None:
+        task = self.find(path)
+        if task is None and isinstance(path, str):
             self.discover()
-            task = self._tasks.get(path) if isinstance(path, str) else None
+            task = self.find(path)
         if task is None:
             raise UnregisteredTask(self._unknown_message(path))
         return task
 
     def known(self) -> list[str]:
-        return sorted(self._tasks)
+        with self._lock:
+            return sorted(self._tasks)
 
-    def discover(self) -> None:
-        """Import the declared modules once and index their tasks."""
+    def is_declared(self, module_name: str) -> bool:
+        """Whether ``module_name`` is one of the modules discovery searches."""
+        with self._lock:
+            declared = self._declared
+        if declared is None:
+            declared = frozenset(declared_modules())
+            with self._lock:
+                self._declared = declared
+        return module_name in declared
+
+    def discover(self, *, force: bool = False) -> None:
+        """Import the declared modules and index their tasks, unless that was done less
+        than ``rediscover_interval`` seconds ago (``force``: regardless)."""
         with self._discovery_lock:
-            if self._discovered:
+            last = self._discovered_at
+            recent = last is not None and time.monotonic() - last < self.rediscover_interval
+            if recent and not force:
                 return
-            for name in declared_modules():
+            names = declared_modules()
+            failures: dict[str, str] = {}
+            for name in names:
                 try:
                     module = import_module(name)
                 except Exception as exc:
                     # One app's broken tasks module must not make every other task unknown.
-                    logger.exception("Could not import %s to find its @task functions", name)
-                    self._failures[name] = f"{type(exc).__name__}: {exc}"
+                    if name in self._failures:
+                        logger.warning("Importing %s failed again: %r", name, exc)
+                    else:
+                        logger.exception("Could not import %s to find its @task functions", name)
+                    failures[name] = f"{type(exc).__name__}: {exc}"
                     continue
                 self.add_module(module)
-            self._discovered = True
+            with self._lock:
+                self._failures = failures
+                self._declared = frozenset(names)
+            self._discovered_at = time.monotonic()
+
+    def forget_declared(self) -> None:
+        """Compute the declared modules again when next needed (settings changed)."""
+        with self._lock:
+            self._declared = None
 
     def reset(self) -> None:
         """Forget everything (tests; settings changes)."""
         with self._discovery_lock, self._lock:
             self._tasks.clear()
             self._failures.clear()
-            self._discovered = False
+            self._declared = None
+            self._discovered_at = None
 
     def _unknown_message(self, path: object) -> str:
         known = ", ".join(self.known()) or "none"
-        failures = "".join(
-            f" Importing {name} failed: {error}." for name, error in sorted(self._failures.items())
-        )
+        with self._lock:
+            failed = sorted(self._failures.items())
+        failures = "".join(f" Importing {name} failed: {error}." for name, error in failed)
         return (
             f"Task {path!r} is not a registered @task; known: {known}. Define it with @task "
             f"in the 'tasks' module of an installed app, or list its module in the backend's "
@@ -143,3 +195,11 @@ def configured_modules() -> list[str]:
 
 
 index = TaskIndex()
+
+
+def _settings_changed(*, setting: str, **kwargs: Any) -> None:
+    if setting in ("TASKS", "INSTALLED_APPS"):
+        index.forget_declared()
+
+
+setting_changed.connect(_settings_changed, dispatch_uid="delayjobs.task_index")

@@ -6,8 +6,14 @@
 
 The consumer runs it through ``DjangoTaskJob.execute``: the task is found in the index of
 declared ``@task`` objects (``delayjobs.task_index``), never by importing the stored path;
-the alias must name a DelayJobsBackend in ``TASKS``. What the function returns is what
-``execute`` returns, so the core stores it in ``DelayedJob.result``.
+the alias must name a DelayJobsBackend in ``TASKS``. What the function returns, after the
+JSON round trip the core stores it through, is what ``execute`` returns, so the core
+stores it in ``DelayedJob.result``; a value it could not store fails the task
+(``UnstorableResult``, not retried).
+
+``TaskError.exception_class`` imports its ``exception_class_path``: a path read from an
+attempt row is therefore kept only if it names an exception class of a module this process
+has already loaded (``safe_class_path``); any other stands in as ``TaskFailed``.
 """
 
 from __future__ import annotations
@@ -15,20 +21,26 @@ from __future__ import annotations
 import builtins
 import dataclasses
 import logging
+import random
 import re
+import sys
 import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from django.conf import settings
 from django.utils import timezone
 
-from delayjobs.exceptions import JobTimeout
+from delayjobs.api import storable_json
+from delayjobs.exceptions import InvalidJob, JobTimeout
+from delayjobs.execution import UnstorableResult
 from delayjobs.jobtypes import JobType, register
 from delayjobs.models import AttemptOutcome, DelayedJob, JobAttempt, JobStatus
 from delayjobs.task_compat import (
+    DEFAULT_TASK_QUEUE_NAME,
     InvalidTask,
     InvalidTaskBackend,
     Task,
@@ -41,7 +53,7 @@ from delayjobs.task_compat import (
     task_finished,
     task_started,
 )
-from delayjobs.task_index import index
+from delayjobs.task_index import UnregisteredTask, index
 
 if TYPE_CHECKING:
     from django.dispatch import Signal
@@ -57,6 +69,12 @@ TASK_JOB_TYPE = "django.task"
 #: ``error`` column has the bare class name only).
 EXCEPTION_CLASS_NOTE = "Task exception class: "
 _DOTTED_PATH = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
+#: A row naming a task this consumer does not know is retried after this long, doubled
+#: per attempt and capped (with jitter): during a rolling deploy, a consumer still on the
+#: old code leaves a new task to the consumers that define it, rather than failing it
+#: within seconds. MAX_ATTEMPTS still bounds the attempts.
+UNREGISTERED_RETRY_BASE = timedelta(minutes=2)
+UNREGISTERED_RETRY_CAP = timedelta(minutes=30)
 
 #: How each job status reads in the Tasks framework, which has four. A job that ended
 #: without succeeding (failed, cancelled, skipped, expired) is FAILED: "raised an
@@ -96,6 +114,12 @@ class TaskWorkerLost(Exception):
     """Stands in ``TaskResult.errors`` for an attempt whose consumer died (lease expired)."""
 
 
+class TaskFailed(Exception):
+    """Stands in ``TaskResult.errors`` for an exception whose class this process cannot
+    name safely: its module is not loaded here (``exception_class`` would import it), or
+    the name is not an exception class. The traceback text names the original class."""
+
+
 @dataclass(frozen=True)
 class TaskCall:
     """A ``django.task`` payload, checked."""
@@ -133,6 +157,9 @@ class DjangoTaskJob(JobType):
     """Runs one enqueued Django Task; ``max_attempts`` comes from the backend's OPTIONS."""
 
     name = TASK_JOB_TYPE
+    # Its payload names code to run and the backend to run it with: only the project's
+    # own code (``enqueue()``) writes it, never another service through the HTTP API.
+    public = False
 
     def execute(self, job: DelayedJob) -> Any:
         return run_task(job)
@@ -152,7 +179,19 @@ class DjangoTaskJob(JobType):
     def retry_delay(self, job: DelayedJob, exc: BaseException) -> timedelta | None:
         if isinstance(exc, TaskRefused):
             return None
+        if isinstance(exc, UnregisteredTask):
+            return unregistered_retry_delay(job.attempts)
         return super().retry_delay(job, exc)
+
+
+def unregistered_retry_delay(attempt: int) -> timedelta:
+    """The wait after ``attempt`` failed because this consumer does not know the task."""
+    exponent = min(max(attempt - 1, 0), 16)
+    ceiling = min(
+        UNREGISTERED_RETRY_BASE.total_seconds() * 2**exponent,
+        UNREGISTERED_RETRY_CAP.total_seconds(),
+    )
+    return timedelta(seconds=random.uniform(ceiling / 2, ceiling))
 
 
 def delayjobs_backend(alias: str) -> DelayJobsBackend:
@@ -172,10 +211,21 @@ def delayjobs_backend(alias: str) -> DelayJobsBackend:
 
 
 def run_task(job: DelayedJob) -> Any:
-    """Call the job's task function with its arguments; return its JSON return value."""
-    call = TaskCall.from_payload(job.payload)
-    backend = delayjobs_backend(call.backend)
-    task = task_for_job(index.get(call.path), job, call.backend)
+    """Call the job's task function with its arguments; return its stored return value.
+
+    ``task_started`` and ``task_finished`` are sent for an attempt that found its task
+    (before then there is no TaskResult to send). ``task_finished`` says SUCCESSFUL only
+    for a return value the core can store: any other fails the task with
+    ``UnstorableResult``, which the core does not retry (the work is done).
+    """
+    try:
+        call = TaskCall.from_payload(job.payload)
+        backend = delayjobs_backend(call.backend)
+        task = task_for_job(index.get(call.path), job, call.backend)
+    except BaseException as exc:
+        # The note gives the attempt row the class's full path (UnregisteredTask...).
+        note_exception_class(exc)
+        raise
     history = list(attempts_of(job)) if job.attempts > 1 else []
     result = build_result(task, job, call, history, status=JobStatus.RUNNING)
     sender = type(backend)
@@ -185,12 +235,10 @@ def run_task(job: DelayedJob) -> Any:
             value = task.call(TaskContext(task_result=result), *call.args, **call.kwargs)
         else:
             value = task.call(*call.args, **call.kwargs)
-        value = _json_return_value(call.path, value)
+        value = stored_return_value(call.path, value)
     except BaseException as exc:
         class_path = note_exception_class(exc)
-        result.errors.append(
-            TaskError(exception_class_path=class_path, traceback=traceback.format_exc())
-        )
+        result.errors.append(task_error(class_path, traceback.format_exc()))
         _finish(result, TaskResultStatus.FAILED)
         # Sent inside the handler: the framework's own receiver logs sys.exc_info().
         _send(task_finished, sender, result)
@@ -208,6 +256,31 @@ def task_for_job(task: Task, job: DelayedJob, alias: str) -> Task:
         # The backend's settings changed since the enqueue (a queue removed): the job's
         # own values stay in the row; the Task keeps its declared defaults.
         return task
+
+
+def unavailable_task(*args: Any, **kwargs: Any) -> NoReturn:
+    """The function of ``TaskResult.task`` for a row whose task this process does not know
+    (renamed, removed, or its module failed to import): the result reads from the row."""
+    raise UnregisteredTask(
+        "This TaskResult's task is not a @task this process knows; its row's payload "
+        "names it. (A stored path is never imported.)"
+    )
+
+
+def placeholder_task(job: DelayedJob, alias: str, queues: Sequence[str]) -> Task:
+    """A Task of ``unavailable_task`` on ``alias``, with the row's priority and queue when
+    the backend still allows them."""
+    options: list[dict[str, Any]] = [
+        {"priority": job.priority, "queue_name": job.queue},
+        {"queue_name": DEFAULT_TASK_QUEUE_NAME},
+        {"queue_name": min(queues, default=DEFAULT_TASK_QUEUE_NAME)},
+    ]
+    for option in options:
+        try:
+            return Task(func=unavailable_task, backend=alias, **option)
+        except InvalidTask:
+            continue
+    return Task(func=unavailable_task, backend=alias, **options[-1])
 
 
 def attempts_of(job: DelayedJob) -> Sequence[JobAttempt]:
@@ -234,9 +307,8 @@ def build_result(
     errors = [error for attempt in history if (error := attempt_error(attempt))]
     if status == JobStatus.CANCELLED:
         errors.append(
-            TaskError(
-                exception_class_path=_class_path(TaskCancelled),
-                traceback=f"The job was cancelled. {job.last_error}".strip(),
+            task_error(
+                _class_path(TaskCancelled), f"The job was cancelled. {job.last_error}".strip()
             )
         )
     result = TaskResult(
@@ -265,7 +337,7 @@ def attempt_error(attempt: JobAttempt) -> TaskError | None:
         return None
     if outcome in (AttemptOutcome.RETRYING, AttemptOutcome.FAILED):
         path = noted_exception_class(attempt.traceback) or _guess_class_path(attempt.error)
-        return TaskError(exception_class_path=path, traceback=attempt.traceback or attempt.error)
+        return task_error(path, attempt.traceback or attempt.error)
     stand_in = {
         AttemptOutcome.TIMED_OUT: JobTimeout,
         AttemptOutcome.LEASE_EXPIRED: TaskWorkerLost,
@@ -273,7 +345,38 @@ def attempt_error(attempt: JobAttempt) -> TaskError | None:
         AttemptOutcome.EXPIRED: TaskExpired,
     }.get(outcome, TaskWorkerLost)
     text = "\n".join(part for part in (attempt.error, attempt.traceback) if part)
-    return TaskError(exception_class_path=_class_path(stand_in), traceback=text or outcome)
+    return task_error(_class_path(stand_in), text or outcome)
+
+
+def task_error(class_path: str, text: str) -> TaskError:
+    """A TaskError whose ``exception_class`` imports nothing: ``class_path`` if it is safe
+    (``safe_class_path``), else ``TaskFailed``, the original name added to the text."""
+    if safe_class_path(class_path):
+        return TaskError(exception_class_path=class_path, traceback=text)
+    stand_in = _class_path(TaskFailed)
+    note = (
+        f"(The exception's class, {class_path!r:.200}, is not an exception class loaded "
+        f"in this process; {stand_in} stands in for it.)"
+    )
+    return TaskError(exception_class_path=stand_in, traceback=f"{text}\n{note}".lstrip("\n"))
+
+
+def safe_class_path(path: str) -> bool:
+    """Whether ``import_string(path)`` would import nothing and give an exception class:
+    its module is in ``sys.modules`` and defines the class in its namespace.
+
+    ``TaskError.exception_class`` calls ``import_string``; a path read from a row must not
+    make it import a module (DESIGN invariant 8). The namespace is read directly, so not
+    even a module's ``__getattr__`` runs.
+    """
+    if not isinstance(path, str) or not _DOTTED_PATH.match(path) or "." not in path:
+        return False
+    module_name, _, name = path.rpartition(".")
+    module = sys.modules.get(module_name)
+    if not isinstance(module, ModuleType):
+        return False
+    value = module.__dict__.get(name)
+    return isinstance(value, type) and issubclass(value, BaseException)
 
 
 def note_exception_class(exc: BaseException) -> str:
@@ -313,14 +416,25 @@ def _class_path(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
-def _json_return_value(path: str, value: Any) -> Any:
+def stored_return_value(path: str, value: Any) -> Any:
+    """``value`` as ``DelayedJob.result`` will hold it, or ``UnstorableResult``.
+
+    The framework's normalisation (tuples to lists, bytes to text), then the core's own
+    check (``storable_json``: finite numbers, no NUL, the size limit) and its JSON round
+    trip, so that what the task's result reports now is what ``get_result`` reads later
+    (``{1: "a"}`` is ``{"1": "a"}``).
+    """
     try:
-        return normalize_json(value)
+        normalized = normalize_json(value)
     except (TypeError, ValueError) as exc:
-        raise TypeError(
+        raise UnstorableResult(
             f"Task {path} returned {type(value).__name__} {value!r:.200}, which is not "
             f"JSON-serializable ({exc}); a task's return value is stored as JSON."
         ) from None
+    try:
+        return storable_json(normalized, f"The return value of task {path}")
+    except InvalidJob as exc:
+        raise UnstorableResult(str(exc)) from None
 
 
 def _finish(result: TaskResult, status: TaskResultStatus, value: Any = None) -> None:

@@ -59,3 +59,19 @@ def flaky(context: TaskContext) -> int:
     if context.attempt < 2:
         raise TaskBoom(f"attempt {context.attempt} fails")
     return context.attempt
+
+
+@task
+def repeat(text: str, times: int) -> str:
+    """Returns ``text * times``: a return value as large as a test needs."""
+    return text * times
+
+
+@task
+def returns_nan() -> float:
+    return float("nan")
+
+
+@task
+def returns_int_keys() -> dict[int, str]:
+    return {1: "one"}

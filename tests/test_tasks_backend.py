@@ -11,7 +11,8 @@ import json
 import math
 import subprocess
 import sys
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from delayjobs import task_compat, transitions
 from delayjobs.backends import DelayJobsBackend, InvalidTaskCall
 from delayjobs.consumer import Consumer
 from delayjobs.exceptions import InvalidJob, JobTimeout
+from delayjobs.execution import UnstorableResult, retry_at_after, run_claimed
 from delayjobs.jobtypes import registry
 from delayjobs.models import AttemptOutcome, DelayedJob, JobAttempt, JobStatus
 from delayjobs.redis_store import due_key
@@ -43,14 +45,19 @@ from delayjobs.task_compat import (
     task_finished,
     task_started,
 )
-from delayjobs.task_index import TaskIndex, declared_modules
+from delayjobs.task_index import TaskIndex, UnregisteredTask, declared_modules, index
 from delayjobs.task_jobs import (
     EXCEPTION_CLASS_NOTE,
     TASK_JOB_TYPE,
+    UNREGISTERED_RETRY_BASE,
+    UNREGISTERED_RETRY_CAP,
     TaskCancelled,
     TaskExpired,
+    TaskFailed,
+    TaskRefused,
     TaskSkipped,
     TaskWorkerLost,
+    unavailable_task,
 )
 from tests.conftest import REPO_ROOT, ConsumerFactory, subprocess_env
 from tests.consumers import wait_final
@@ -63,7 +70,10 @@ from tests.tasks import (
     echo,
     flaky,
     record,
+    repeat,
     returns_a_set,
+    returns_int_keys,
+    returns_nan,
 )
 
 MARKER_MODULE = "delayjobs_tasks_marker"
@@ -215,15 +225,29 @@ def test_bad_task_options_are_refused_before_anything_is_written() -> None:
     ("params", "message"),
     [
         ({"QUEUES": ["bad queue"]}, "cannot be delayjobs queues"),
+        # The framework reads [] as "any queue"; consumers would serve none of them.
+        ({"QUEUES": []}, r"QUEUES'\] is empty; list the queues"),
         ({"OPTIONS": {"RETRIES": 3}}, "only MAX_ATTEMPTS, MODULES"),
         ({"OPTIONS": {"MAX_ATTEMPTS": 0}}, "MAX_ATTEMPTS'] must be a positive int"),
         ({"OPTIONS": {"MAX_ATTEMPTS": True}}, "MAX_ATTEMPTS'] must be a positive int"),
+        # Past the column's range every enqueue would fail; refused at start instead.
+        ({"OPTIONS": {"MAX_ATTEMPTS": 2**31}}, "positive int up to 2147483647"),
         ({"OPTIONS": {"MODULES": "tests.tasks"}}, "list of module paths"),
     ],
 )
 def test_bad_backend_settings_are_refused(params: dict[str, Any], message: str) -> None:
     with pytest.raises(ImproperlyConfigured, match=message):
         DelayJobsBackend("broken", params)
+
+
+def test_the_largest_max_attempts_is_accepted() -> None:
+    backend = DelayJobsBackend("big", {"OPTIONS": {"MAX_ATTEMPTS": 2**31 - 1}})
+    assert backend.max_attempts == 2**31 - 1
+
+
+def test_the_task_job_type_cannot_be_scheduled_through_the_http_api() -> None:
+    # Its payload names code to run: only the project's own enqueue() may write one.
+    assert registry.get(TASK_JOB_TYPE).public is False
 
 
 @pytest.mark.django_db
@@ -422,8 +446,53 @@ def test_a_raising_task_fails_the_attempt_and_notes_its_exception_class(
     assert finished.status == TaskResultStatus.FAILED
     assert finished.errors[0].exception_class is TaskBoom
 
-    with pytest.raises(TypeError, match="not JSON-serializable"):
+    with pytest.raises(UnstorableResult, match="not JSON-serializable"):
         registry.get(TASK_JOB_TYPE).execute(claimed(returns_a_set.enqueue()))
+
+
+# Return values: SUCCESSFUL only for what the core stores ---------------------------------
+
+
+@pytest.mark.django_db
+def test_a_return_value_over_the_size_limit_fails_the_task_and_is_never_reported_successful(
+    settings: Any, tasks_signals: list[tuple[str, Any]]
+) -> None:
+    settings.DELAYJOBS = {**settings.DELAYJOBS, "MAX_PAYLOAD_BYTES": 200}
+    job = claimed(repeat.enqueue("x", 1000))
+    with pytest.raises(UnstorableResult, match="over the limit of 200 bytes") as caught:
+        registry.get(TASK_JOB_TYPE).execute(job)
+    assert f"{EXCEPTION_CLASS_NOTE}delayjobs.execution.UnstorableResult" in caught.value.__notes__
+    assert [name for name, _ in tasks_signals] == ["started", "finished"]
+    finished = tasks_signals[1][1]
+    assert finished.status == TaskResultStatus.FAILED
+    assert finished.errors[-1].exception_class is UnstorableResult
+
+
+@pytest.mark.django_db(transaction=True)  # run_claimed closes old connections, as per job
+def test_an_unstorable_return_value_fails_the_job_without_retry(settings: Any) -> None:
+    settings.DELAYJOBS = {**settings.DELAYJOBS, "MAX_PAYLOAD_BYTES": 200}
+    for result in (repeat.enqueue("x", 1000), returns_nan.enqueue()):
+        job = claimed(result)
+        assert job.max_attempts == 5
+        outcome = run_claimed(job, "here")
+        assert outcome.error.startswith("UnstorableResult: ")
+        assert outcome.retry_at is None and not outcome.succeeded
+
+
+@pytest.mark.django_db
+def test_nan_is_refused_as_a_return_value(tasks_signals: list[tuple[str, Any]]) -> None:
+    with pytest.raises(UnstorableResult, match="JSON-serializable"):
+        registry.get(TASK_JOB_TYPE).execute(claimed(returns_nan.enqueue()))
+    assert tasks_signals[-1][1].status == TaskResultStatus.FAILED
+
+
+@pytest.mark.django_db
+def test_the_result_reports_the_return_value_as_stored(
+    tasks_signals: list[tuple[str, Any]],
+) -> None:
+    value = registry.get(TASK_JOB_TYPE).execute(claimed(returns_int_keys.enqueue()))
+    assert value == {"1": "one"}  # what DelayedJob.result will hold, and get_result read
+    assert tasks_signals[-1][1].return_value == {"1": "one"}
 
 
 # Resolution: by the index of declared @task objects, never by import ----------------------
@@ -457,14 +526,249 @@ def forged(task_path: str, backend: str = "default", max_attempts: int = 1) -> D
 
 
 @pytest.mark.django_db
-def test_get_result_of_a_row_naming_an_undeclared_path_does_not_import_it(
+def test_get_result_of_a_row_naming_an_undeclared_path_reads_the_row_and_imports_nothing(
     marker_module: Path,
 ) -> None:
     job = forged(f"{MARKER_MODULE}.evil")
-    with pytest.raises(TaskResultDoesNotExist, match="not a registered @task"):
-        default_task_backend.get_result(str(job.pk))
+    job.payload = {**job.payload, "args": [1], "kwargs": {"k": "v"}}
+    job.save()
+    result = default_task_backend.get_result(str(job.pk))
     assert MARKER_MODULE not in sys.modules
     assert not marker_module.exists()
+    assert (result.id, result.status) == (str(job.pk), TaskResultStatus.READY)
+    assert (result.args, result.kwargs, result.backend) == ([1], {"k": "v"}, "default")
+    # A placeholder task: calling it says why; a real task's get_result says mismatch.
+    assert result.task.func is unavailable_task
+    with pytest.raises(UnregisteredTask):
+        result.task.call()
+    with pytest.raises(task_compat.TaskResultMismatch):
+        add.get_result(str(job.pk))
+
+
+@pytest.mark.django_db
+def test_get_result_of_a_renamed_task_still_reports_its_outcome() -> None:
+    result = add.enqueue(1, 2)
+    DelayedJob.objects.filter(pk=int(result.id)).update(
+        payload={**row(result).payload, "task": "tests.tasks.add_renamed_since"},
+        status=JobStatus.SUCCEEDED,
+        result=3,
+        attempts=1,
+        finished_at=timezone.now(),
+    )
+    fetched = default_task_backend.get_result(result.id)
+    assert fetched.status == TaskResultStatus.SUCCESSFUL and fetched.return_value == 3
+    assert fetched.task.func is unavailable_task
+    # A row of another job type, or an unreadable payload, is still no task result.
+    DelayedJob.objects.filter(pk=int(result.id)).update(payload=["not", "an", "object"])
+    with pytest.raises(TaskResultDoesNotExist, match="unreadable"):
+        default_task_backend.get_result(result.id)
+
+
+# Exception classes: TaskError.exception_class never imports what a row names -------------
+
+
+def failed_attempt(job: DelayedJob, error: str, text: str, number: int = 1) -> None:
+    JobAttempt.objects.create(
+        job=job,
+        number=number,
+        worker_id="w",
+        started_at=timezone.now(),
+        outcome=AttemptOutcome.FAILED,
+        error=error,
+        traceback=text,
+        lateness=timedelta(0),
+    )
+    DelayedJob.objects.filter(pk=job.pk).update(status=JobStatus.FAILED, attempts=number)
+
+
+@pytest.mark.django_db
+def test_an_exception_class_path_read_from_a_row_is_never_imported(marker_module: Path) -> None:
+    result = add.enqueue(1, 2)
+    job = row(result)
+    named = [
+        f"{MARKER_MODULE}.evil",  # a module this process never loaded
+        "os.system",  # loaded, but not an exception class
+        "UnregisteredBareName",  # no module at all
+        "tests.tasks.TaskBoom",  # loaded, an exception class: kept
+    ]
+    for number, path in enumerate(named, start=1):
+        failed_attempt(
+            job, "X: y", f"Traceback ...\nX: y\n{EXCEPTION_CLASS_NOTE}{path}", number=number
+        )
+    errors = default_task_backend.get_result(result.id).errors
+    stand_in = "delayjobs.task_jobs.TaskFailed"
+    assert [e.exception_class_path for e in errors] == [stand_in] * 3 + ["tests.tasks.TaskBoom"]
+    assert [e.exception_class for e in errors] == [TaskFailed] * 3 + [TaskBoom]
+    for error, path in zip(errors[:3], named, strict=False):
+        assert f"The exception's class, {path!r}" in error.traceback  # the original name
+    assert MARKER_MODULE not in sys.modules
+    assert not marker_module.exists(), f"exception_class imported {MARKER_MODULE}"
+
+
+@pytest.mark.django_db(transaction=True)  # run_claimed closes old connections, as per job
+def test_errors_raised_before_the_task_runs_carry_an_importable_class_path() -> None:
+    unknown = forged("tests.tasks.not_defined", max_attempts=1)
+    foreign = forged("tests.tasks.add", backend="immediate", max_attempts=1)
+    for job, expected in [(unknown, UnregisteredTask), (foreign, TaskRefused)]:
+        job.status, job.attempts, job.worker_id = JobStatus.RUNNING, 1, "w"
+        outcome = run_claimed(job, "w")
+        path = f"{expected.__module__}.{expected.__qualname__}"
+        assert f"{EXCEPTION_CLASS_NOTE}{path}" in outcome.traceback
+        failed_attempt(job, outcome.error, outcome.traceback)
+    # Readable by its backend: the unknown one through a placeholder task.
+    [error] = default_task_backend.get_result(str(unknown.pk)).errors
+    assert error.exception_class_path == "delayjobs.task_index.UnregisteredTask"
+    assert error.exception_class is UnregisteredTask
+    assert "is not a registered @task" in error.traceback
+
+
+# A missing task: retried late, rediscovered, refused at enqueue ---------------------------
+
+
+@pytest.mark.django_db
+def test_a_task_this_consumer_does_not_know_is_retried_minutes_later() -> None:
+    # A rolling deploy: web code already enqueues a task old consumers do not define.
+    job = forged("tests.tasks.added_in_the_next_release", max_attempts=5)
+    job.status, job.attempts, job.worker_id = JobStatus.RUNNING, 1, "old-consumer"
+    with pytest.raises(UnregisteredTask) as caught:
+        registry.get(TASK_JOB_TYPE).execute(job)
+    before = timezone.now()
+    retry_at = retry_at_after(job, caught.value)
+    assert retry_at is not None
+    assert retry_at - before >= UNREGISTERED_RETRY_BASE / 2
+    jobtype = registry.get(TASK_JOB_TYPE)
+    delays = []
+    for attempt in range(1, 40):
+        job.attempts = attempt
+        delays.append(jobtype.retry_delay(job, caught.value))
+    assert all(UNREGISTERED_RETRY_BASE / 2 <= d <= UNREGISTERED_RETRY_CAP for d in delays)
+    # Four waits (5 attempts) add up to a quarter of an hour at least.
+    assert sum(delays[:4], timedelta(0)) >= timedelta(minutes=15)
+    # Other failures keep delayjobs' short backoff.
+    job.attempts = 1
+    assert jobtype.retry_delay(job, TaskBoom("x")) <= timedelta(seconds=2)
+
+
+@pytest.fixture
+def make_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., str]]:
+    """Writes an importable module of the given source; removed from sys.modules after."""
+    directory = tmp_path / "modules"
+    directory.mkdir()
+    monkeypatch.syspath_prepend(str(directory))
+    names: list[str] = []
+
+    def make(name: str, source: str) -> str:
+        (directory / f"{name}.py").write_text(source)
+        names.append(name)
+        return name
+
+    yield make
+    for name in names:
+        sys.modules.pop(name, None)
+
+
+TASK_IMPORT = (
+    "try:\n    from django.tasks import task\n"
+    "except ImportError:\n    from django_tasks import task\n"
+)
+
+
+def with_modules(*modules: str) -> Any:
+    from django.conf import settings
+
+    default = {**settings.TASKS["default"], "OPTIONS": {"MODULES": list(modules)}}
+    return override_settings(TASKS={**settings.TASKS, "default": default})
+
+
+def test_a_module_that_failed_to_import_is_tried_again_on_a_later_miss(
+    make_module: Callable[..., str], tmp_path: Path
+) -> None:
+    broken, imports = tmp_path / "database-down", tmp_path / "imports"
+    broken.write_text("")
+    name = make_module(
+        "delayjobs_flaky_tasks",
+        "import pathlib\n"
+        f"pathlib.Path({str(imports)!r}).open('a').write('x')\n"
+        f"if pathlib.Path({str(broken)!r}).exists():\n"
+        "    raise RuntimeError('the database is down')\n"
+        f"{TASK_IMPORT}\n@task\ndef later():\n    return 'ok'\n",
+    )
+    fresh = TaskIndex(rediscover_interval=3600)
+    with with_modules(name):
+        with pytest.raises(UnregisteredTask, match="the database is down"):
+            fresh.get(f"{name}.later")
+        broken.unlink()  # the database is back
+        # Rate-limited: a stream of misses does not re-import every declared module.
+        with pytest.raises(UnregisteredTask):
+            fresh.get(f"{name}.later")
+        assert imports.read_text() == "x"
+        fresh.rediscover_interval = 0  # ...the interval has passed
+        assert fresh.get(f"{name}.later").name == "later"
+        assert imports.read_text() == "xx"
+        assert "the database is down" not in fresh._unknown_message("gone")
+
+
+@pytest.mark.django_db
+def test_enqueue_refuses_a_task_from_a_module_consumers_do_not_search(
+    make_module: Callable[..., str],
+) -> None:
+    name = make_module(
+        "delayjobs_undeclared_tasks",
+        f"{TASK_IMPORT}\n@task\ndef orphan():\n    return 1\n",
+    )
+    orphan = __import__(name).orphan
+    with pytest.raises(InvalidTaskCall, match=r"where consumers do not look for tasks") as caught:
+        orphan.enqueue()
+    message = str(caught.value)
+    assert "'tasks' module of an installed app" in message
+    assert f"add '{name}' to TASKS['default']['OPTIONS']['MODULES']" in message
+    assert not DelayedJob.objects.exists()
+    # Listed in MODULES, it is found by consumers, and accepted.
+    with with_modules(name):
+        result = orphan.enqueue()
+        assert row(result).payload["task"] == f"{name}.orphan"
+        assert default_task_backend.get_result(result.id).task.func is orphan.func
+    # The test suite's own tasks module is an installed app's: declared.
+    assert index.is_declared("tests.tasks")
+
+
+@pytest.mark.django_db
+def test_enqueue_refuses_a_task_that_is_not_an_attribute_of_its_module(
+    make_module: Callable[..., str],
+) -> None:
+    name = make_module(
+        "delayjobs_hidden_tasks",
+        f"{TASK_IMPORT}\n@task\ndef hidden():\n    return 1\n\nREGISTRY = [hidden]\ndel hidden\n",
+    )
+    hidden = __import__(name).REGISTRY[0]
+    with with_modules(name), pytest.raises(InvalidTaskCall, match="not a @task attribute"):
+        hidden.enqueue()
+
+
+def test_known_holds_the_lock_while_another_thread_adds() -> None:
+    fresh = TaskIndex()
+    fresh.add(add)
+    added = threading.Event()
+
+    def add_more() -> None:
+        fresh.add(echo)
+        added.set()
+
+    class Racing(dict):  # type: ignore[type-arg]
+        def __iter__(self) -> Iterator[str]:
+            iterator = super().__iter__()
+            yield next(iterator)
+            if thread.ident is None:
+                thread.start()
+            # Unlocked, the other thread's add() changes the dict under this iteration.
+            added.wait(0.2)
+            yield from iterator
+
+    thread = threading.Thread(target=add_more)
+    fresh._tasks = Racing(fresh._tasks)
+    assert fresh.known() == ["tests.tasks.add"]
+    thread.join(timeout=10)
+    assert fresh.known() == ["tests.tasks.add", "tests.tasks.echo"]
 
 
 def test_discovery_imports_only_declared_modules() -> None:
@@ -617,7 +921,8 @@ def test_a_raising_task_is_retried_by_policy_then_failed_with_its_errors(
 
     refused = task_backends["once"].get_result(bad_return.id)
     assert refused.status == TaskResultStatus.FAILED and refused.attempts == 1
-    assert refused.errors[0].exception_class_path == "builtins.TypeError"
+    assert refused.errors[0].exception_class_path == "delayjobs.execution.UnstorableResult"
+    assert refused.errors[0].exception_class is UnstorableResult
     assert "not JSON-serializable" in refused.errors[0].traceback
 
 
@@ -632,21 +937,26 @@ def test_priority_orders_tasks_due_together() -> None:
         for priority in (-5, 0, 50, 10)
     }
     assert {p: row(r).priority for p, r in results.items()} == {-5: -5, 0: 0, 50: 50, 10: 10}
-    # Claimed one at a time from the database (as Redis-down mode does): highest first.
-    order = []
-    for _ in results:
-        [job] = transitions.claim_due(
-            queues=["default"],
-            job_types=[TASK_JOB_TYPE],
-            limit=1,
-            choose=lambda candidates: candidates,
-            worker_id="w",
-            now=timezone.now(),
-            leases={},
-            default_lease=timedelta(minutes=1),
-        )
-        order.append(job.priority)
-    assert order == [50, 10, 0, -5]
+    # Claimed together from the database (as Redis-down mode does): highest first.
+    offered: list[int] = []
+
+    def choose(candidates: list[Any]) -> list[Any]:
+        offered.extend(row_priority[c.pk] for c in candidates)
+        return candidates
+
+    row_priority = {int(r.id): p for p, r in results.items()}
+    claimed_jobs = transitions.claim_due(
+        queues=["default"],
+        job_types=[TASK_JOB_TYPE],
+        limit=len(results),
+        choose=choose,
+        worker_id="w",
+        now=timezone.now(),
+        leases={},
+        default_lease=timedelta(minutes=1),
+    )
+    assert offered == [50, 10, 0, -5]
+    assert len(claimed_jobs) == 4
 
 
 def test_consumers_without_queue_options_serve_every_queue_the_backends_allow() -> None:
