@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import UTC, datetime
+from functools import cache
 from typing import Any, TypeVar
 
 from django.db import connections
@@ -72,6 +74,8 @@ def fetch_models(
     prefix = f"{quote(model._meta.db_table)}." if qualified else ""
     columns = ", ".join(prefix + quote(field.column) for field in fields)
     with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            _load_utc_timestamps_fast(cursor.cursor)
         cursor.execute(sql.replace("{columns}", columns), params)
         rows: Any = cursor.fetchall()
     compiler = connection.ops.compiler("SQLCompiler")(Query(model), connection, using)
@@ -80,3 +84,36 @@ def fetch_models(
         rows = compiler.apply_converters(rows, converters)
     names = [field.attname for field in fields]
     return [model.from_db(using, names, list(row)) for row in rows]
+
+
+def _load_utc_timestamps_fast(cursor: Any) -> None:
+    """Have ``cursor`` (psycopg's own) read UTC ``timestamptz`` values in C.
+
+    Django's loader parses each one in Python (psycopg's pure-Python parser, then
+    ``replace(tzinfo=...)``): a fifth of a consumer's CPU time in a backlog, as a claimed
+    row holds several. With the session in UTC and Django's timezone UTC (its default),
+    ``datetime.fromisoformat`` gives the very same value; anything else (another offset or
+    timezone, BC, infinity) is left to Django's loader.
+    """
+    from psycopg.postgres import types
+    from psycopg.pq import Format
+
+    oid = types["timestamptz"].oid
+    base = cursor.adapters.get_loader(oid, Format.TEXT)
+    if base is not None and getattr(base, "timezone", None) is UTC:
+        cursor.adapters.register_loader(oid, _fast_utc_loader(base))
+
+
+@cache
+def _fast_utc_loader(base: type) -> type:
+    class FastUtcLoader(base):  # type: ignore[misc, valid-type]
+        def load(self, data: Any) -> datetime:
+            text = bytes(data)
+            if text.endswith(b"+00"):
+                try:
+                    return datetime.fromisoformat(text.decode())
+                except ValueError:
+                    pass
+            return super().load(data)
+
+    return FastUtcLoader
