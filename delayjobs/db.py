@@ -10,6 +10,8 @@ from typing import Any, TypeVar
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Model, QuerySet
+from django.db.models.base import ModelState
+from django.db.models.signals import post_init, pre_init
 from django.db.models.sql import Query, UpdateQuery
 
 M = TypeVar("M", bound=Model)
@@ -83,7 +85,32 @@ def fetch_models(
     if converters:
         rows = compiler.apply_converters(rows, converters)
     names = [field.attname for field in fields]
-    return [model.from_db(using, names, list(row)) for row in rows]
+    if not _plain_init(model):
+        return [model.from_db(using, names, list(row)) for row in rows]
+    instances = []
+    for row in rows:
+        # What from_db() and Model.__init__ would do with every field given: each value
+        # set under its attname (no descriptor of a concrete field does more on a fresh
+        # instance), a state saying where it came from, and no signal (none listens).
+        instance = model.__new__(model)
+        instance.__dict__.update(zip(names, row, strict=True))
+        state = ModelState()
+        state.adding = False
+        state.db = using
+        instance._state = state
+        instances.append(instance)
+    return instances
+
+
+def _plain_init(model: type[Model]) -> bool:
+    """Whether building ``model`` from a row is only setting its fields: neither it nor
+    a receiver of ``pre_init``/``post_init`` adds anything."""
+    return (
+        model.__init__ is Model.__init__
+        and model.from_db.__func__ is Model.from_db.__func__  # type: ignore[attr-defined]
+        and not pre_init.has_listeners(model)
+        and not post_init.has_listeners(model)
+    )
 
 
 def _load_utc_timestamps_fast(cursor: Any) -> None:
