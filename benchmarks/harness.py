@@ -21,14 +21,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+# Re-exported: the driver and the systems read them from here.
+from benchmarks.environment import (  # noqa: F401
+    CONN_MAX_AGE_ENV,
+    DATABASE_ENV,
+    REDIS_URL_ENV,
+)
 from sampleproject.services import PostgresServer, RedisServer, pdeathsig_preexec
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SETTINGS_MODULE = "benchmarks.settings"
-# How the driver tells benchmarks.settings (in itself and in consumers) where the servers are.
-DATABASE_ENV = "DELAYJOBS_BENCH_DATABASE"
-REDIS_URL_ENV = "DELAYJOBS_BENCH_REDIS_URL"
-CONN_MAX_AGE_ENV = "DELAYJOBS_BENCH_CONN_MAX_AGE"
 CONSUMER_READY_TIMEOUT = 30.0
 CONSUMER_STOP_TIMEOUT = 60.0
 POLL_INTERVAL = 0.1

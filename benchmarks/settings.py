@@ -19,7 +19,7 @@ import os
 
 from django.core.exceptions import ImproperlyConfigured
 
-from benchmarks.harness import CONN_MAX_AGE_ENV, DATABASE_ENV, REDIS_URL_ENV
+from benchmarks.environment import CONN_MAX_AGE_ENV, DATABASE_ENV, REDIS_URL_ENV
 
 
 def _required(name: str) -> str:

@@ -84,9 +84,11 @@ REFILL_WAIT = 0.002
 #: in due order. Only idle threads count: threads busy with long jobs claim nothing more.
 #: Per-queue and per-job-type limits stay exact (a limited lane is never claimed past its
 #: limit).
-PREFETCH = 10
+PREFETCH = 40
 #: How much work (by the recent average execution time) one idle thread may be given
-#: beyond its current job: jobs of a few milliseconds get PREFETCH each, a job of a second
+#: beyond its current job: jobs of up to 0.125 ms get PREFETCH each (40 per idle thread:
+#: in a W2 burst, 15.7k jobs/s instead of 11.7k with 10, as each claim's round trips and
+#: commit are shared by more jobs), jobs of a few milliseconds one or two, a job of a second
 #: gets none extra, so no job waits here behind slow ones while another consumer could run
 #: it, and none waits so long that its time-out (counted from the claim) runs out.
 PREFETCH_BUDGET = 0.005

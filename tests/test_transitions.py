@@ -158,6 +158,44 @@ def test_portable_claim_path(monkeypatch, returning):
     assert portable_claim("worker-b", now + timedelta(microseconds=1)) == []
 
 
+def _loaded(job: DelayedJob) -> tuple[dict, bool, str | None]:
+    values = {k: v for k, v in vars(job).items() if k != "_state"}
+    return values, job._state.adding, job._state.db
+
+
+def test_claimed_rows_are_the_instances_the_orm_would_load():
+    """Claimed rows are built without Model.__init__ (and timestamps parsed in C on
+    PostgreSQL): the same values, of the same types and time zone, in the same state."""
+    job = due_job(payload={"a": [1, 2]}, max_lateness=timedelta(seconds=3))
+    [claimed] = claim_as("worker-a", [job.pk])
+    [loaded] = DelayedJob.objects.filter(pk=job.pk)
+    assert _loaded(claimed) == _loaded(loaded)
+    for name, value in vars(loaded).items():
+        assert type(vars(claimed)[name]) is type(value), name
+        if isinstance(value, datetime):
+            assert vars(claimed)[name].tzinfo is value.tzinfo, name
+    claimed.save()  # a plain instance: it saves like one
+    assert DelayedJob.objects.get(pk=job.pk).payload == {"a": [1, 2]}
+
+
+def test_claim_builds_instances_with_init_where_a_receiver_listens():
+    from django.db.models.signals import post_init
+
+    seen = []
+
+    def receiver(sender, instance, **kwargs):
+        seen.append(instance.pk)
+
+    job = due_job()
+    post_init.connect(receiver, sender=DelayedJob)
+    try:
+        [claimed] = claim_as("worker-a", [job.pk])
+    finally:
+        post_init.disconnect(receiver, sender=DelayedJob)
+    assert seen == [job.pk]
+    assert claimed.status == JobStatus.RUNNING
+
+
 @pytest.mark.django_db(transaction=True)
 def test_claim_skips_a_row_locked_by_an_open_transaction_where_the_database_can():
     """PostgreSQL: SKIP LOCKED, so a caller's long transaction never stalls the consumer."""

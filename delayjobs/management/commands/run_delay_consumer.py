@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import gc
 import signal
 import sys
 from argparse import ArgumentParser
@@ -104,8 +105,21 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
         signal.signal(signal.SIGTERM, consumer.request_stop)
         signal.signal(signal.SIGINT, consumer.request_stop)
+        freeze_startup_objects()
         exit_code = consumer.run()
         if exit_code:
             # Not a CommandError: nothing was wrong with the command; a supervisor should
             # simply start a fresh consumer (see EXIT_ALL_THREADS_STUCK).
             sys.exit(exit_code)
+
+
+def freeze_startup_objects() -> None:
+    """Leave what start-up loaded (modules, classes, code: most of this process's objects)
+    out of every later garbage collection.
+
+    They live as long as the process does, yet a full collection would walk them all again,
+    holding the GIL for tens of milliseconds while a due job waits for its thread to start.
+    Objects created from now on are collected as usual.
+    """
+    gc.collect()
+    gc.freeze()

@@ -1,0 +1,8 @@
+"""How the driver tells ``benchmarks.settings`` (in itself and in consumers) where the
+servers are. Standard library only and nothing else imported: the settings module imports
+this in every consumer process, which must load no more than a production consumer does.
+"""
+
+DATABASE_ENV = "DELAYJOBS_BENCH_DATABASE"
+REDIS_URL_ENV = "DELAYJOBS_BENCH_REDIS_URL"
+CONN_MAX_AGE_ENV = "DELAYJOBS_BENCH_CONN_MAX_AGE"
