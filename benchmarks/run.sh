@@ -5,6 +5,7 @@
 #   benchmarks/run.sh [--systems delayjobs celery ...] [--workloads W1 ...] [--runs N]
 #                     [--quick] [--output-dir DIR] [--config celery=prefork-2]
 #   benchmarks/run.sh core [...]    # the older delayjobs-only benchmark (benchmarks/core.py)
+#   benchmarks/run.sh probe schedule|memory   # why two columns are not led (benchmarks/probes.py)
 # Env: PYTHON (default python3), VENV (default .venv-bench)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,5 +28,9 @@ fi
 if [ "${1:-}" = "core" ]; then
     shift
     exec "$VENV/bin/python" -m benchmarks.core "$@"
+fi
+if [ "${1:-}" = "probe" ]; then
+    shift
+    exec "$VENV/bin/python" -m benchmarks.probes "$@"
 fi
 exec "$VENV/bin/python" -m benchmarks.suite "$@"
