@@ -59,6 +59,8 @@ from delayjobs.task_jobs import (
 logger = logging.getLogger(__name__)
 
 OPTION_NAMES = frozenset({"MAX_ATTEMPTS", "MODULES"})
+#: The largest id of a job row (a 64-bit signed integer on every database).
+MAX_JOB_ID = 2**63 - 1
 
 
 class InvalidTaskCall(InvalidTask, InvalidJob):
@@ -148,7 +150,7 @@ class DelayJobsBackend(BaseTaskBackend):
                 f"Task result {result_id!r} is of backend {call.backend!r}, not {self.alias!r}."
             )
         try:
-            task = task_for_job(index.get(call.path), job, self.alias)
+            task = task_for_job(index.get(call.path), job, self.alias, sorted(self.queues))
         except UnregisteredTask:
             # A renamed or removed task, or one whose module failed to import here: the
             # row still tells its status, errors and return value.
@@ -184,8 +186,10 @@ class DelayJobsBackend(BaseTaskBackend):
 
     def _job(self, result_id: Any) -> DelayedJob:
         text = str(result_id) if isinstance(result_id, str | int) else ""
-        # Only plain decimal ids: "1e3", " 7" or "٣" (int() takes them) are not ids we gave.
-        if not (text.isascii() and text.isdigit()) or len(text) > 19:
+        # Only plain decimal ids: "1e3", " 7" or "٣" (int() takes them) are not ids we gave;
+        # nor one past the largest id a row can have, which is never sent to the database
+        # (Django's own backends answer "no row", but a driver may raise OverflowError).
+        if not (text.isascii() and text.isdigit()) or len(text) > 19 or int(text) > MAX_JOB_ID:
             raise TaskResultDoesNotExist(f"No task result {result_id!r}: ids are job numbers.")
         job = DelayedJob.objects.filter(pk=int(text), job_type=TASK_JOB_TYPE).first()
         if job is None:

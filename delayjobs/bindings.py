@@ -29,6 +29,11 @@ zone, as Django does, with its warning), and a value, offset or job type that ca
 job fails the save with ``InvalidJob`` (or ``TypeError``, ``ImproperlyConfigured``) naming
 the binding, before anything is written.
 
+Times are instants: the value is taken in UTC before the offset is added, as it comes back
+from the database. Fifteen minutes before 03:10 on the night clocks go forward is fifteen
+minutes before on any clock, not 02:55 local time (which does not exist there); and the
+two passes of 02:30 on the night they go back are two different times.
+
 What a change does:
 
 - ``when`` false, or the field ``None``: the active job is cancelled (a running job is not
@@ -53,8 +58,9 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import sys
 from collections.abc import Callable, Iterable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
 from django.core import checks
@@ -87,7 +93,8 @@ from delayjobs.models import DelayedJob, JobStatus
 log = logging.getLogger(__name__)
 
 Offset = timedelta | Callable[[Any], timedelta]
-#: Where pre_save leaves, for post_save, what it read and judged (by binding label).
+#: Where pre_save leaves, for post_save, what it read and judged: ``{depth: {binding label:
+#: _Pending}}``, one entry per save of the instance under way (see ``_save_depth``).
 BEFORE_ATTR = "_delayjobs_bindings_before"
 
 
@@ -229,10 +236,22 @@ class Binding:
                 f"{self}: {self.field.name} of {instance!r} must be a date and time, got "
                 f"{type(value).__name__} {value!r} ({'; '.join(exc.messages)})."
             ) from None
-        if value is not None and timezone.is_naive(value):
+        if value is None:
+            return None
+        if timezone.is_naive(value):
             # With USE_TZ = False too: the column's naive times are in the default zone.
             value = timezone.make_aware(value, timezone.get_default_timezone())
-        return value
+        try:
+            # In UTC, as read back from the database: an offset added to a zone's time
+            # would be added to its wall clock, wrong across a daylight saving change, and
+            # times in one zone compare as wall-clock times (the two passes of an hour
+            # repeated in autumn would be equal).
+            return value.astimezone(UTC)
+        except OverflowError:
+            raise InvalidJob(
+                f"{self}: {self.field.name} of {instance!r} ({value}) is out of the range of "
+                f"dates in UTC."
+            ) from None
 
     def sync(self, objects: Iterable[models.Model]) -> int:
         """Derive the jobs of ``objects`` (a queryset or instances) from their current state.
@@ -582,8 +601,12 @@ def _on_pre_save(
     update_fields: frozenset[str] | None,
     **kwargs: Any,
 ) -> None:
-    # Left by a save that failed after its pre_save: never to be taken for this one's.
-    instance.__dict__.pop(BEFORE_ATTR, None)
+    depth = _save_depth()
+    pending: dict[int, dict[str, _Pending]] | None = instance.__dict__.get(BEFORE_ATTR)
+    if pending:
+        # Left by saves that failed between their pre_save and post_save: never to be
+        # taken for this one's. (Entries less deep may be saves this one runs inside.)
+        _forget(instance, pending, lambda entry: entry >= depth)
     if raw:
         return
     bindings = [b for b in bindings_for(type(instance)) if b.concerned_by(update_fields)]
@@ -619,7 +642,7 @@ def _on_pre_save(
         # Fails the save before the row is written: no row without its job.
         binding._checked_state(after, value)
         judged[binding.label] = _Pending(before, after)
-    instance.__dict__[BEFORE_ATTR] = judged
+    instance.__dict__.setdefault(BEFORE_ATTR, {})[depth] = judged
 
 
 def _read_row(instance: models.Model, bindings: list[Binding], using: str) -> models.Model | None:
@@ -657,8 +680,14 @@ def _on_post_save(
     update_fields: frozenset[str] | None,
     **kwargs: Any,
 ) -> None:
-    judged: dict[str, _Pending] | None = instance.__dict__.pop(BEFORE_ATTR, None)
-    if raw or judged is None:  # loaddata writes rows as they are; jobs are not in fixtures
+    pending: dict[int, dict[str, _Pending]] | None = instance.__dict__.get(BEFORE_ATTR)
+    if not pending:
+        return  # no binding concerned, or raw (loaddata: jobs are not in fixtures)
+    depth = _save_depth()
+    judged = pending.get(depth)
+    # This save's entry, and any deeper ones: saves inside this one that failed.
+    _forget(instance, pending, lambda entry: entry >= depth)
+    if raw or judged is None:
         return
     for binding in bindings_for(type(instance)):
         found = judged.get(binding.label)
@@ -670,6 +699,36 @@ def _on_post_save(
             assert update_fields is not None
             _overlay(after, instance, update_fields)
         binding._saved(after, created, found.before)
+
+
+def _save_depth() -> int:
+    """Which save of an instance a signal is about, for a receiver calling this directly:
+    its depth in the call stack.
+
+    One attribute of the instance cannot hold what pre_save found until post_save: the
+    instance may be saved again in between, by a receiver of the same signals (a post_save
+    receiver connected before these giving a new row its number), and that inner save's
+    pre_save and post_save run first. Both signals of one save are sent by the same call
+    (``Model.save_base``), so their receivers run at the same depth, and a save inside it
+    runs deeper. A save that raised between the two never sends post_save, and leaves its
+    entry behind: every pre_save drops the entries as deep as itself or deeper (none of
+    them can be of a save still under way around it), so a post_save only ever finds the
+    entry its own pre_save left."""
+    depth = 0
+    frame = sys._getframe(1)
+    while frame is not None:
+        depth += 1
+        frame = frame.f_back
+    return depth
+
+
+def _forget(
+    instance: models.Model, pending: dict[int, dict[str, _Pending]], drop: Callable[[int], bool]
+) -> None:
+    for entry in [entry for entry in pending if drop(entry)]:
+        del pending[entry]
+    if not pending:
+        instance.__dict__.pop(BEFORE_ATTR, None)
 
 
 def _on_post_delete(sender: type[models.Model], instance: models.Model, **kwargs: Any) -> None:

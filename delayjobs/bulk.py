@@ -15,6 +15,7 @@ from operator import attrgetter
 from django.db import connections
 from django.db.models import JSONField
 
+from delayjobs.db import is_psycopg3
 from delayjobs.models import DelayedJob, JobAttempt
 
 BULK_CREATE_BATCH = 500
@@ -37,7 +38,7 @@ def insert_jobs(jobs: Sequence[DelayedJob], using: str) -> None:
     if not jobs:
         return
     connection = connections[using]
-    if connection.vendor == "postgresql" and _is_psycopg3():
+    if connection.vendor == "postgresql" and is_psycopg3():
         _copy_into_postgresql(jobs, using)
     else:
         DelayedJob.objects.using(using).bulk_create(jobs, batch_size=BULK_CREATE_BATCH)
@@ -52,7 +53,7 @@ def insert_attempts(rows: Sequence[tuple[object, ...]], using: str) -> None:
     if not rows:
         return
     connection = connections[using]
-    if connection.vendor == "postgresql" and _is_psycopg3():
+    if connection.vendor == "postgresql" and is_psycopg3():
         meta = JobAttempt._meta
         quote = connection.ops.quote_name
         columns = ", ".join(quote(meta.get_field(name).column) for name in ATTEMPT_FIELDS)
@@ -68,12 +69,6 @@ def insert_attempts(rows: Sequence[tuple[object, ...]], using: str) -> None:
         [JobAttempt(**dict(zip(ATTEMPT_FIELDS, row, strict=True))) for row in rows],
         batch_size=BULK_CREATE_BATCH,
     )
-
-
-def _is_psycopg3() -> bool:
-    from django.db.backends.postgresql.psycopg_any import is_psycopg3
-
-    return is_psycopg3
 
 
 def _copy_into_postgresql(jobs: Sequence[DelayedJob], using: str) -> None:

@@ -155,6 +155,12 @@ class Consumer(DatabaseMode, TimeOuts):
         # which decides how many jobs an idle thread is given at once (see PREFETCH).
         self._average_run: float | None = None
         self._stuck: set[Running] = set()  # timed out, their threads still busy
+        # When the main loop looks for time-outs next, at the latest; see _set_deadline.
+        # Awake, it may next sleep as long as it ever does.
+        self._longest_sleep = max(
+            settings.IDLE_TIMEOUT, settings.DATABASE_POLL_INTERVAL
+        ).total_seconds()
+        self._next_timeout_check = float("inf")
         self._slots = Slots(
             self.concurrency * PREFETCH,
             queue_limits=settings.QUEUE_CONCURRENCY,
@@ -282,11 +288,7 @@ class Consumer(DatabaseMode, TimeOuts):
                 if handover_wait is not None:
                     next_timeout = min(next_timeout or handover_wait, handover_wait)
                 self._refresh_pauses()
-                if self._database_mode:
-                    wait = self._database_turn()
-                else:
-                    wait = self._redis_turn()
-                    self._redis_failures = 0
+                wait = self._database_turn() if self._database_mode else self._redis_turn()
                 self._database_recovered()
             except (DatabaseError, RedisError) as exc:
                 drop_broken_connections()
@@ -299,7 +301,10 @@ class Consumer(DatabaseMode, TimeOuts):
                 continue
             with self._cond:
                 if not self._stopping and self._wake_seq == seen:
+                    # A job started meanwhile with an earlier deadline wakes the loop.
+                    self._next_timeout_check = time.monotonic() + wait
                     self._cond.wait(wait)
+                self._next_timeout_check = time.monotonic() + self._longest_sleep
 
     def _redis_turn(self) -> float | None:
         """Claim what Redis says is due; return how long to sleep (None: burst done)."""
@@ -344,7 +349,7 @@ class Consumer(DatabaseMode, TimeOuts):
         Jobs in a backlog are late already; batching their claims drains it faster. A
         job due while there is no backlog is never held back.
         """
-        if not self._backlog or free <= 0 or free >= self._slots.total // 2:
+        if not self._backlog or free <= 0 or free >= self.concurrency * self._prefetch() // 2:
             self._refill_deadline = None
             return None
         now = time.monotonic()
@@ -379,6 +384,9 @@ class Consumer(DatabaseMode, TimeOuts):
                 popped[pk] = (name, score)
             if budget.free <= 0:
                 break
+        # Redis answered. Only then: a turn that did not ask it (waiting for slots to free
+        # up in a backlog) says nothing of Redis, and must not end a streak of failures.
+        self._redis_failures = 0
         self._backlog = backlog
         if not popped:
             return 0
@@ -395,7 +403,7 @@ class Consumer(DatabaseMode, TimeOuts):
                 default_lease=JobType.time_to_run,
                 ahead=self._ahead,
             )
-        except DatabaseError:
+        except Exception:
             # The ids left Redis but no row was claimed: put them back, or they would wait
             # for the next pre-loader pass.
             self.store.add((pk, name, score) for pk, (name, score) in popped.items())
@@ -430,14 +438,8 @@ class Consumer(DatabaseMode, TimeOuts):
         # first. (The Redis index orders by due time only.)
         now_ns = time.time_ns()
         jobs.sort(key=lambda job: (max(due_ns(job), now_ns), -job.priority))
-        now = time.monotonic()
-        started = [
-            Running(
-                job,
-                now + max(due_ns(job) - now_ns, 0) / 1e9 + time_to_run_of(job).total_seconds(),
-            )
-            for job in jobs
-        ]
+        # No deadline yet: a job's time_to_run counts from when its thread starts it.
+        started = [Running(job) for job in jobs]
         with self._cond:
             for running in started:
                 self._in_flight[running.job.pk] = running
@@ -467,7 +469,9 @@ class Consumer(DatabaseMode, TimeOuts):
                 continue
             if self._paused.covers(queue, job_type):
                 continue  # out of Redis while paused; resume() puts it back
-            due = run_at if run_at > now else now + LOCKED_RETRY
+            # Not sooner than LOCKED_RETRY: a row due within CLAIM_AHEAD that was locked
+            # would otherwise be popped again at once, over and over until its run_at.
+            due = max(run_at, now + LOCKED_RETRY)
             entries.append(index_entry(pk, queue, job_type, due.timestamp()))
         index_due_soon(entries)
 
@@ -494,6 +498,7 @@ class Consumer(DatabaseMode, TimeOuts):
         if free <= 0 or not open_lanes:
             return idle  # a finishing job wakes us
         due = self.store.next_due(open_lanes)
+        self._redis_failures = 0  # Redis answered
         now = time.time()
         if self.burst and (due is None or due > now) and self._idle():
             return None
@@ -528,6 +533,7 @@ class Consumer(DatabaseMode, TimeOuts):
                 return
             wait_until(due_ns(job))  # claimed up to CLAIM_AHEAD early: never start early
             began = time.monotonic()
+            self._set_deadline(running, began)
             if self.executor == "celery":
                 outcome = celery_executor.dispatch(job, self.worker_id)
                 if outcome is None:  # published: a Celery worker runs and records it
@@ -537,7 +543,17 @@ class Consumer(DatabaseMode, TimeOuts):
                         self._note_run_time(time.monotonic() - began)
                         if not timed_out:
                             self._hand_over(running)
-                            return
+                    if timed_out:
+                        logger.warning(
+                            "Job %s %s attempt %d was published to Celery after it had "
+                            "timed out; a Celery worker finds its claim gone and does "
+                            "nothing [trace %s]",
+                            job.pk,
+                            job.job_type,
+                            job.attempts,
+                            job.trace_id,
+                        )
+                    return
             else:
                 outcome = run_claimed(job, self.worker_id)
             with self._cond:
@@ -564,6 +580,16 @@ class Consumer(DatabaseMode, TimeOuts):
         finally:
             self._release(running, timed_out)
 
+    def _set_deadline(self, running: Running, began: float) -> None:
+        """Start ``running``'s time_to_run now, as its thread starts it; wake the main loop
+        if that deadline comes before it would next look for time-outs."""
+        with self._cond:
+            running.began_at = timezone.now()
+            running.deadline = began + time_to_run_of(running.job).total_seconds()
+            if running.deadline < self._next_timeout_check:
+                self._wake_seq += 1
+                self._cond.notify_all()
+
     def _release(self, running: Running, timed_out: bool) -> None:
         """Give back the slots of an execution whose thread is done with it."""
         job = running.job
@@ -572,8 +598,10 @@ class Consumer(DatabaseMode, TimeOuts):
                 return  # its slot stays taken until a Celery worker takes the job over
             if timed_out:
                 self._stuck.discard(running)
-            else:
-                self._in_flight.pop(job.pk, None)
+            elif self._in_flight.get(job.pk) is running:
+                # Only this very execution: once its outcome is with the recorder, a quick
+                # retry may already have been claimed again under the same id.
+                del self._in_flight[job.pk]
             self._slots.release(job.queue, job.job_type)
             self._busy -= 1
             self.processed += 1
@@ -584,7 +612,13 @@ class Consumer(DatabaseMode, TimeOuts):
         """A job published to Celery: its thread is free, its slot is not (lock held)."""
         job = running.job
         running.handed_over = True
-        self._in_flight.pop(job.pk, None)
+        if self._in_flight.get(job.pk) is running:
+            del self._in_flight[job.pk]
+        earlier = self._handed_over.pop(job.pk, None)
+        if earlier is not None:
+            # An earlier claim of this job, handed over too: a Celery worker took it over
+            # and it came back for a retry before the last look. Its slot is free now.
+            self._let_go(earlier[0])
         self._handed_over[job.pk] = (running, time.monotonic())
         self._busy -= 1
         self._wake_seq += 1
@@ -607,15 +641,16 @@ class Consumer(DatabaseMode, TimeOuts):
         let_go = []
         with self._cond:
             for pk, (running, handed_at) in waiting.items():
+                current = self._handed_over.get(pk)
+                if current is None or current[0] is not running:
+                    continue  # replaced meanwhile by a later claim (see _hand_over)
                 overdue = now - handed_at > time_to_run_of(running.job).total_seconds()
                 if pk in still_ours and not overdue:
                     continue
                 if pk in still_ours:
                     let_go.append(running.job)
                 del self._handed_over[pk]
-                self._slots.release(running.job.queue, running.job.job_type)
-                self.processed += 1
-                self._wake_seq += 1
+                self._let_go(running)
             self._cond.notify_all()
         for job in let_go:
             logger.warning(
@@ -627,6 +662,12 @@ class Consumer(DatabaseMode, TimeOuts):
                 job.trace_id,
             )
         return HANDOVER_POLL
+
+    def _let_go(self, running: Running) -> None:
+        """Free the slot of a handed-over job taken over or given up (lock held)."""
+        self._slots.release(running.job.queue, running.job.job_type)
+        self.processed += 1
+        self._wake_seq += 1
 
     # Helper threads -------------------------------------------------------------------
 
@@ -732,6 +773,9 @@ class Consumer(DatabaseMode, TimeOuts):
         """
         if isinstance(exc, RedisError):
             self._redis_back.clear()
+            # What the last pop said of a backlog is stale: try Redis again at once.
+            self._backlog = False
+            self._refill_deadline = None
             if self._database_mode:
                 return 0.0  # it failed again on the way back: stay, say nothing new
             self._redis_failures += 1

@@ -56,7 +56,7 @@ class TimeOuts:
         next_deadline: float | None = None
         with self._cond:
             for running in self._in_flight.values():
-                if running.finished:
+                if running.finished or running.deadline is None:  # done, or not started
                     continue
                 if running.deadline <= now:
                     expired.append(running)
@@ -110,14 +110,14 @@ class TimeOuts:
             f"({time_to_run}); its thread is left to finish on its own"
         )
         if frame is None:
-            stack = "(the job had not started in its thread yet)\n"
+            stack = "(its thread's stack could not be read)\n"
         else:
             stack = "".join(traceback.format_stack(frame))
         retry_at = retry_at_after(job, exc)
         outcome = Outcome(
             job=job,
             worker_id=self.worker_id,
-            started_at=job.started_at or timezone.now(),
+            started_at=running.began_at or timezone.now(),
             finished_at=timezone.now(),
             error=describe(exc),
             traceback=storable(f"Where the job was when it timed out:\n{stack}"),
@@ -139,10 +139,23 @@ class TimeOuts:
         )
 
     def _drain(self) -> None:
-        """Wait for running jobs to finish, timing out those that run past time_to_run."""
+        """Wait for running jobs to finish, timing out those that run past time_to_run.
+
+        Jobs claimed but not started wait for a thread; if stuck threads hold every
+        thread, none ever will: they are left to their leases, which expire once this
+        process stops renewing them, as if it had died (another consumer runs them).
+        """
         while True:
             wait = self._time_out_overdue()
             with self._cond:
                 if not self._in_flight:
+                    return
+                if len(self._stuck) >= self.concurrency:
+                    logger.warning(
+                        "Consumer %s: %d claimed job(s) cannot start, every thread is "
+                        "stuck; they run elsewhere once their leases expire.",
+                        self.worker_id,
+                        len(self._in_flight),
+                    )
                     return
                 self._cond.wait(DRAIN_WAIT if wait is None else max(wait, 0.001))

@@ -76,7 +76,7 @@ def fetch_models(
     prefix = f"{quote(model._meta.db_table)}." if qualified else ""
     columns = ", ".join(prefix + quote(field.column) for field in fields)
     with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
+        if connection.vendor == "postgresql" and is_psycopg3():
             _load_utc_timestamps_fast(cursor.cursor)
         cursor.execute(sql.replace("{columns}", columns), params)
         rows: Any = cursor.fetchall()
@@ -111,6 +111,14 @@ def _plain_init(model: type[Model]) -> bool:
         and not pre_init.has_listeners(model)
         and not post_init.has_listeners(model)
     )
+
+
+def is_psycopg3() -> bool:
+    """Whether Django's PostgreSQL backend runs on psycopg 3 (else psycopg2, which Django
+    5.2 still supports and delayjobs too, without psycopg 3's fast paths)."""
+    from django.db.backends.postgresql.psycopg_any import is_psycopg3
+
+    return is_psycopg3
 
 
 def _load_utc_timestamps_fast(cursor: Any) -> None:

@@ -47,7 +47,12 @@ class Running:
     """
 
     job: DelayedJob
-    deadline: float  # time.monotonic() past which it is timed out
+    #: time.monotonic() past which it is timed out: time_to_run after its thread started
+    #: it. None while it waits for a thread (claims take several jobs per idle thread):
+    #: waiting is not running, and must not cost it its time_to_run.
+    deadline: float | None = None
+    #: When its thread started it (after waiting for its run_at), for a time-out's row.
+    began_at: datetime | None = None
     thread_id: int | None = None
     finished: bool = False  # its thread returned; the outcome is being handed over
     timed_out: bool = False  # recorded as timed out; whatever it returns is ignored

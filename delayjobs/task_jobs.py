@@ -6,10 +6,13 @@
 
 The consumer runs it through ``DjangoTaskJob.execute``: the task is found in the index of
 declared ``@task`` objects (``delayjobs.task_index``), never by importing the stored path;
-the alias must name a DelayJobsBackend in ``TASKS``. What the function returns, after the
-JSON round trip the core stores it through, is what ``execute`` returns, so the core
-stores it in ``DelayedJob.result``; a value it could not store fails the task
-(``UnstorableResult``, not retried).
+the alias must name a DelayJobsBackend in ``TASKS``. A task or an alias this process does
+not know is retried minutes later (a rolling deploy: a newer consumer may know it); an
+alias that is not a DelayJobsBackend, or an unreadable payload, fails the task
+(``TaskRefused``, not retried). What the function returns, after the JSON round trip the
+core stores it through, is what ``execute`` returns, so the core stores it in
+``DelayedJob.result``; a value it could not store fails the task (``UnstorableResult``,
+not retried).
 
 ``TaskError.exception_class`` imports its ``exception_class_path``: a path read from an
 attempt row is therefore kept only if it names an exception class of a module this process
@@ -25,7 +28,7 @@ import random
 import re
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import ModuleType
@@ -69,10 +72,10 @@ TASK_JOB_TYPE = "django.task"
 #: ``error`` column has the bare class name only).
 EXCEPTION_CLASS_NOTE = "Task exception class: "
 _DOTTED_PATH = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
-#: A row naming a task this consumer does not know is retried after this long, doubled
-#: per attempt and capped (with jitter): during a rolling deploy, a consumer still on the
-#: old code leaves a new task to the consumers that define it, rather than failing it
-#: within seconds. MAX_ATTEMPTS still bounds the attempts.
+#: A row naming a task (or a backend alias) this consumer does not know is retried after
+#: this long, doubled per attempt and capped (with jitter): during a rolling deploy, a
+#: consumer still on the old code leaves a new task to the consumers that define it, rather
+#: than failing it within seconds. MAX_ATTEMPTS still bounds the attempts.
 UNREGISTERED_RETRY_BASE = timedelta(minutes=2)
 UNREGISTERED_RETRY_CAP = timedelta(minutes=30)
 
@@ -95,6 +98,14 @@ class TaskRefused(Exception):
     """The row cannot run as a task (bad payload, or its alias is not a DelayJobsBackend).
 
     Not retried: the row will not get better by waiting.
+    """
+
+
+class UnknownTaskBackend(LookupError):
+    """The row names a backend alias that is not in this process's ``TASKS``.
+
+    Retried like an unregistered task: a deploy that adds an alias on a shared queue
+    leaves consumers still on the old settings claiming its rows.
     """
 
 
@@ -171,7 +182,7 @@ class DjangoTaskJob(JobType):
         for alias in getattr(settings, "TASKS", None) or {}:
             try:
                 backend = delayjobs_backend(alias)
-            except TaskRefused:
+            except (TaskRefused, UnknownTaskBackend):
                 continue  # another framework's backend, or one that cannot load
             served.update(backend.queues)
         return sorted(served)
@@ -179,7 +190,7 @@ class DjangoTaskJob(JobType):
     def retry_delay(self, job: DelayedJob, exc: BaseException) -> timedelta | None:
         if isinstance(exc, TaskRefused):
             return None
-        if isinstance(exc, UnregisteredTask):
+        if isinstance(exc, UnregisteredTask | UnknownTaskBackend):
             return unregistered_retry_delay(job.attempts)
         return super().retry_delay(job, exc)
 
@@ -195,12 +206,19 @@ def unregistered_retry_delay(attempt: int) -> timedelta:
 
 
 def delayjobs_backend(alias: str) -> DelayJobsBackend:
-    """The backend of ``alias``, which must be a DelayJobsBackend, or ``TaskRefused``."""
+    """The backend of ``alias``, which must be a DelayJobsBackend: ``UnknownTaskBackend``
+    if ``TASKS`` has no such alias, ``TaskRefused`` if it is not one or cannot load."""
     from delayjobs.backends import DelayJobsBackend
 
     try:
         backend = task_backends[alias]
     except InvalidTaskBackend as exc:
+        if alias not in task_backends.settings:
+            raise UnknownTaskBackend(
+                f"Task backend alias {alias!r} is not in this process's TASKS (it has "
+                f"{', '.join(sorted(map(repr, task_backends.settings)))}); tried again "
+                f"later, as a consumer with newer settings may know it."
+            ) from None
         raise TaskRefused(f"Task backend alias {alias!r} is not usable: {exc}") from None
     if not isinstance(backend, DelayJobsBackend):
         raise TaskRefused(
@@ -221,7 +239,7 @@ def run_task(job: DelayedJob) -> Any:
     try:
         call = TaskCall.from_payload(job.payload)
         backend = delayjobs_backend(call.backend)
-        task = task_for_job(index.get(call.path), job, call.backend)
+        task = task_for_job(index.get(call.path), job, call.backend, sorted(backend.queues))
     except BaseException as exc:
         # The note gives the attempt row the class's full path (UnregisteredTask...).
         note_exception_class(exc)
@@ -248,14 +266,10 @@ def run_task(job: DelayedJob) -> Any:
     return value
 
 
-def task_for_job(task: Task, job: DelayedJob, alias: str) -> Task:
-    """The indexed Task with the options the job was enqueued with (priority, queue, alias)."""
-    try:
-        return dataclasses.replace(task, priority=job.priority, queue_name=job.queue, backend=alias)
-    except InvalidTask:
-        # The backend's settings changed since the enqueue (a queue removed): the job's
-        # own values stay in the row; the Task keeps its declared defaults.
-        return task
+def task_for_job(task: Task, job: DelayedJob, alias: str, queues: Sequence[str]) -> Task:
+    """The indexed Task on ``alias``, with the row's priority and queue when the backend
+    still allows them (see ``on_backend``)."""
+    return on_backend(lambda **options: dataclasses.replace(task, **options), job, alias, queues)
 
 
 def unavailable_task(*args: Any, **kwargs: Any) -> NoReturn:
@@ -269,22 +283,63 @@ def unavailable_task(*args: Any, **kwargs: Any) -> NoReturn:
 
 def placeholder_task(job: DelayedJob, alias: str, queues: Sequence[str]) -> Task:
     """A Task of ``unavailable_task`` on ``alias``, with the row's priority and queue when
-    the backend still allows them."""
+    the backend still allows them (see ``on_backend``)."""
+    return on_backend(lambda **options: Task(func=unavailable_task, **options), job, alias, queues)
+
+
+def on_backend(
+    make: Callable[..., Task], job: DelayedJob, alias: str, queues: Sequence[str]
+) -> Task:
+    """``make(backend=alias, ...)``: the Task of a row, always on the alias that holds it
+    (``TaskResult.refresh()`` asks the task's backend), with the row's priority and queue;
+    if the backend no longer allows them (its settings changed since the enqueue: a queue
+    removed), with its default queue or else its first, the row keeping its own values."""
     options: list[dict[str, Any]] = [
         {"priority": job.priority, "queue_name": job.queue},
         {"queue_name": DEFAULT_TASK_QUEUE_NAME},
         {"queue_name": min(queues, default=DEFAULT_TASK_QUEUE_NAME)},
     ]
-    for option in options:
+    for option in options[:-1]:
         try:
-            return Task(func=unavailable_task, backend=alias, **option)
+            return make(backend=alias, **option)
         except InvalidTask:
             continue
-    return Task(func=unavailable_task, backend=alias, **options[-1])
+    return make(backend=alias, **options[-1])
 
 
 def attempts_of(job: DelayedJob) -> Sequence[JobAttempt]:
     return JobAttempt.objects.filter(job_id=job.pk).order_by("number", "started_at", "id")
+
+
+def current_run(job: DelayedJob, history: Sequence[JobAttempt], status: str) -> list[JobAttempt]:
+    """The attempt rows of the job's current run, oldest first.
+
+    ``retry()`` starts a new run (``attempts`` back to 0) and keeps the old rows, without
+    recording when. A run numbers its attempts from 1 up and its rows are newer than any
+    older run's, so from the newest row back: rows numbered at most ``job.attempts`` down
+    to the newest numbered 1. One exception: a running job's newest row numbered
+    ``job.attempts`` that started before the claim (``job.started_at``) is an older run's,
+    as the current attempt's row starts after it: the current run has no row yet.
+    """
+    run: list[JobAttempt] = []
+    limit = job.attempts
+    for attempt in sorted(history, key=lambda a: (a.started_at, a.id), reverse=True):
+        if attempt.number > limit:
+            break
+        if (
+            not run
+            and status == JobStatus.RUNNING
+            and attempt.number == job.attempts
+            and job.started_at is not None
+            and attempt.started_at < job.started_at
+        ):
+            break
+        run.append(attempt)
+        if attempt.number <= 1:
+            break
+        limit = attempt.number
+    run.reverse()
+    return run
 
 
 def build_result(
@@ -297,6 +352,7 @@ def build_result(
     """The TaskResult of a job row and its attempt rows (``status`` overrides the row's)."""
     status = status or job.status
     task_status = STATUS_MAP[status]
+    history = current_run(job, history, status)
     worker_ids = [attempt.worker_id for attempt in history]
     starts = [attempt.started_at for attempt in history]
     if status == JobStatus.RUNNING and not any(a.number == job.attempts for a in history):

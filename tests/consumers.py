@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
@@ -50,11 +51,26 @@ def wait_executed(job: DelayedJob, consumers: Sequence[ConsumerProcess], attempt
     wait_for(started, message=f"job {job.pk} attempt {attempt} never started")
 
 
-def wait_output(consumer: ConsumerProcess, text: str) -> None:
-    wait_for(
-        lambda: text in consumer.output(),
-        message=f"{text!r} not in the output of consumer {consumer.pid}",
-    )
+def wait_output(consumer: ConsumerProcess, text: str, timeout: float = 30.0) -> None:
+    """Wait until ``text`` is in the consumer's output. On timeout, or if the consumer exits
+    without writing it, fail with the end of its output (what it was doing instead)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        exited = consumer.returncode is not None  # before reading: all it wrote is there
+        output = consumer.output()
+        if text in output:
+            return
+        if exited:
+            raise AssertionError(
+                f"consumer {consumer.pid} exited with {consumer.returncode} without writing "
+                f"{text!r}; its output ends with:\n{output[-5000:]}"
+            )
+        if time.monotonic() >= deadline:
+            raise AssertionError(
+                f"{text!r} not in the output of consumer {consumer.pid} within {timeout}s; "
+                f"its output ends with:\n{output[-5000:]}"
+            )
+        time.sleep(0.02)
 
 
 def statuses(ids: Iterable[int]) -> Counter[str]:

@@ -11,19 +11,22 @@ import pickle
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 import redis
 from django.core import serializers
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connection, models, transaction
+from django.db.models.signals import post_save, pre_save
 from django.test.utils import isolate_apps
 from django.utils import timezone
 
 import delayjobs
-from delayjobs.bindings import Binding, check_bindings
+from delayjobs.bindings import BEFORE_ATTR, SIGNALS, Binding, check_bindings
 from delayjobs.jobtypes import registry
 from delayjobs.models import DelayedJob, JobStatus
 from delayjobs.redis_store import RedisStore
@@ -552,6 +555,48 @@ def test_a_time_that_cannot_give_a_job_fails_the_save_before_the_row_is_written(
     assert Appointment.objects.get().at != at
 
 
+def test_an_offset_across_the_spring_change_is_taken_on_the_utc_clock(
+    bind: Bind, settings: Any
+) -> None:
+    """In Paris, 2030-03-31 02:00 CET is 03:00 CEST. A meeting at 03:10 CEST (01:10 UTC)
+    with a reminder 15 minutes before: 00:55 UTC, not 02:55 on the wall clock (a time that
+    does not exist there, taken as 01:55 UTC: after the meeting)."""
+    settings.TIME_ZONE = "Europe/Paris"
+    binding = bind(offset=timedelta(minutes=-15))
+    at = datetime(2030, 3, 31, 3, 10, tzinfo=ZoneInfo("Europe/Paris"))
+    expected = datetime(2030, 3, 31, 0, 55, tzinfo=UTC)
+    appointment = Appointment.objects.create(at=at)
+
+    assert active(binding, appointment).run_at == expected
+    # The instance in memory and the row read back (in UTC) give the same time.
+    loaded = Appointment.objects.get(pk=appointment.pk)
+    assert loaded.at == datetime(2030, 3, 31, 1, 10, tzinfo=UTC)
+    assert binding.run_at_for(appointment) == binding.run_at_for(loaded) == expected
+    assert binding.sync([appointment, loaded]) == 0  # both agree with the job
+
+
+def test_an_offset_from_the_second_pass_of_the_autumn_fold_is_taken_on_the_utc_clock(
+    bind: Bind, settings: Any
+) -> None:
+    """In Paris, 2030-10-27 03:00 CEST is 02:00 CET: 02:30 happens twice. The second one
+    (fold=1) is 01:30 UTC; 15 minutes before it is 01:15 UTC, not 02:15 of the first pass."""
+    settings.TIME_ZONE = "Europe/Paris"
+    paris = ZoneInfo("Europe/Paris")
+    binding = bind(offset=timedelta(minutes=-15))
+    first_pass = datetime(2030, 10, 27, 2, 30, tzinfo=paris)
+    appointment = Appointment.objects.create(at=first_pass)
+    job = active(binding, appointment)
+    assert job.run_at == datetime(2030, 10, 27, 0, 15, tzinfo=UTC)
+
+    # The same wall-clock time, an hour later: the job moves by that hour.
+    appointment.at = first_pass.replace(fold=1)
+    appointment.save()
+    moved = active(binding, appointment)
+    assert (moved.pk, moved.run_at) == (job.pk, datetime(2030, 10, 27, 1, 15, tzinfo=UTC))
+    assert binding.run_at_for(appointment) == moved.run_at
+    assert binding.sync([appointment, Appointment.objects.get(pk=appointment.pk)]) == 0
+
+
 # Moves after the job ran or while it runs ---------------------------------------------------
 
 
@@ -713,6 +758,120 @@ def test_saving_twice_in_one_transaction_follows_the_last_save(bind: Bind) -> No
         appointment.save()
         appointment.at = at
         appointment.save()
+    assert active(binding, appointment).run_at == at
+
+
+@contextmanager
+def post_save_receiver_before_the_bindings(receiver: Callable[..., None]) -> Iterator[None]:
+    """``receiver`` connected to Appointment's post_save ahead of the bindings' own receiver
+    (Django calls receivers in the order they were connected), as an app's receiver
+    connected before ``bind()`` ran would be."""
+    bindings_receiver = dict(SIGNALS)[post_save]
+    uid = f"delayjobs.bindings.{bindings_receiver.__name__}"
+    assert post_save.disconnect(sender=Appointment, dispatch_uid=uid)
+    post_save.connect(receiver, sender=Appointment, weak=False)
+    post_save.connect(bindings_receiver, sender=Appointment, dispatch_uid=uid)
+    try:
+        yield
+    finally:
+        post_save.disconnect(receiver, sender=Appointment)
+
+
+def numbered(sender: Any, instance: Appointment, created: bool, **kwargs: Any) -> None:
+    """The usual receiver: a new row gets a number made of its pk, saved at once."""
+    if created:
+        instance.note = f"ORD-{instance.pk}"
+        instance.save(update_fields=["note"])
+
+
+@pytest.mark.parametrize("depends_on", [None, ["active"]], ids=["every-field", "depends-on"])
+def test_a_new_row_saved_again_by_an_earlier_post_save_receiver_gets_its_job(
+    bind: Bind, depends_on: list[str] | None
+) -> None:
+    """The receiver's save runs inside the creating save, before the bindings' post_save
+    for it: each save acts on what its own pre_save found."""
+    binding = bind(offset=timedelta(minutes=-15), depends_on=depends_on)
+    with post_save_receiver_before_the_bindings(numbered):
+        appointment = Appointment.objects.create(at=soon())
+
+    assert Appointment.objects.get(pk=appointment.pk).note == f"ORD-{appointment.pk}"
+    job = active(binding, appointment)
+    assert job.run_at == appointment.at - timedelta(minutes=15)
+    assert BEFORE_ATTR not in appointment.__dict__  # nothing left behind
+
+
+def test_a_move_saved_again_by_an_earlier_post_save_receiver_moves_the_job(bind: Bind) -> None:
+    binding = bind()
+
+    def touched(sender: Any, instance: Appointment, update_fields: Any, **kwargs: Any) -> None:
+        if update_fields is None:
+            instance.note = "touched"
+            instance.save(update_fields=["note"])
+
+    appointment = Appointment.objects.create(at=soon())
+    job = active(binding, appointment)
+    with post_save_receiver_before_the_bindings(touched):
+        appointment.at = soon(7200)
+        appointment.save()
+
+    moved = active(binding, appointment)
+    assert (moved.pk, moved.run_at) == (job.pk, appointment.at)
+    assert Appointment.objects.get(pk=appointment.pk).note == "touched"
+
+
+def test_a_nested_save_that_failed_leaves_nothing_for_the_save_around_it(bind: Bind) -> None:
+    """A save that fails between its pre_save and its post_save never reaches post_save:
+    what its pre_save found must not be taken for the outer save's."""
+    binding = bind()
+
+    def refuse_notes(sender: Any, update_fields: Any, **kwargs: Any) -> None:
+        if update_fields == {"note"}:
+            raise Boom  # after the bindings' pre_save (connected before this one)
+
+    def try_a_note(sender: Any, instance: Appointment, update_fields: Any, **kwargs: Any) -> None:
+        if update_fields is None:
+            instance.note = "refused"
+            with suppress(Boom):
+                instance.save(update_fields=["note"])
+
+    appointment = Appointment.objects.create(at=soon())
+    job = active(binding, appointment)
+    pre_save.connect(refuse_notes, sender=Appointment, weak=False)
+    try:
+        with post_save_receiver_before_the_bindings(try_a_note):
+            appointment.at = soon(7200)
+            appointment.save()
+    finally:
+        pre_save.disconnect(refuse_notes, sender=Appointment)
+
+    moved = active(binding, appointment)
+    assert (moved.pk, moved.run_at) == (job.pk, appointment.at)
+    assert Appointment.objects.get(pk=appointment.pk).note == ""
+
+
+def test_a_failed_save_leaves_nothing_for_a_later_save_to_act_on(bind: Bind) -> None:
+    """The save fails after the bindings' pre_save, its change is not written; a later save
+    that writes nothing the job depends on must not act on that change."""
+    binding = bind(depends_on=["active"])
+    at = soon()
+    appointment = Appointment.objects.create(at=at)
+
+    def refuse(sender: Any, instance: Appointment, **kwargs: Any) -> None:
+        if instance.note == "refused":
+            raise Boom
+
+    pre_save.connect(refuse, sender=Appointment, weak=False)
+    try:
+        appointment.at = soon(7200)
+        appointment.note = "refused"
+        with pytest.raises(Boom):
+            appointment.save()
+    finally:
+        pre_save.disconnect(refuse, sender=Appointment)
+
+    appointment.note = "accepted"
+    appointment.save(update_fields=["note"])  # not the time: the job stays
+    assert Appointment.objects.get(pk=appointment.pk).at == at
     assert active(binding, appointment).run_at == at
 
 

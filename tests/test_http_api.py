@@ -13,6 +13,7 @@ import hashlib
 import json
 import re
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from io import StringIO
 from typing import Any
@@ -25,8 +26,9 @@ from django.contrib.auth.models import Permission, User
 from django.contrib.contenttypes.models import ContentType
 from django.core.management import call_command
 from django.core.management.base import CommandError
-from django.db import connection
+from django.db import OperationalError, connection
 from django.test import Client
+from django.test.client import BOUNDARY, MULTIPART_CONTENT, encode_multipart
 from django.test.utils import CaptureQueriesContext
 from django.urls import URLResolver, path, resolve, reverse
 from django.utils import timezone
@@ -250,6 +252,51 @@ def test_every_url_pattern_is_documented_with_its_methods_and_permission() -> No
             assert {"401", "403", "405"} <= set(described["responses"])
     ids = [operation.operation_id for operation in OPERATIONS]
     assert len(ids) == len(set(ids))
+
+
+def test_the_document_names_every_permission_each_operation_needs(client: Client) -> None:
+    view = "delayjobs.view_delayedjob"
+    expected = {
+        "scheduleJob": ["delayjobs.add_delayedjob"],
+        "scheduleJobs": ["delayjobs.add_delayedjob"],
+        "listJobs": [view],
+        "getJob": [view],
+        "cancelJob": ["delayjobs.cancel_delayedjob", view],
+        "cancelJobByKey": ["delayjobs.cancel_delayedjob", view],
+        "rescheduleJob": ["delayjobs.reschedule_delayedjob", view],
+        "retryJob": ["delayjobs.retry_delayedjob", view],
+    }
+    served = Api(client).get("openapi.json").json()
+    described = {
+        item["operationId"]: item
+        for methods in served["paths"].values()
+        for item in methods.values()
+    }
+    assert set(described) == {*expected, "getOpenApiDocument"}
+    for operation_id, permissions in expected.items():
+        item = described[operation_id]
+        assert item["x-permissions"] == permissions, operation_id
+        assert item["x-permission"] == permissions[0]  # the main one, as before
+        needs = " and ".join(permissions)
+        plural = "s" if len(permissions) > 1 else ""
+        assert item["description"].startswith(f"Needs the permission{plural} {needs}."), item
+    assert "x-permissions" not in described["getOpenApiDocument"]
+
+
+def test_every_writing_operation_documents_503_try_again() -> None:
+    service_unavailable = document()["components"]["responses"]["ServiceUnavailable"]
+    assert service_unavailable["description"].startswith("try_again: ")
+    for operation in OPERATIONS:
+        responses = document()["paths"][openapi_path(operation.route)][operation.method.lower()]
+        assert ("503" in responses["responses"]) == operation.writes, operation.operation_id
+    assert {operation.operation_id for operation in OPERATIONS if operation.writes} == {
+        "scheduleJob",
+        "scheduleJobs",
+        "cancelJob",
+        "cancelJobByKey",
+        "rescheduleJob",
+        "retryJob",
+    }
 
 
 def test_the_api_is_mounted_under_its_namespace() -> None:
@@ -693,8 +740,9 @@ def test_replace_never_changes_the_job_type_or_queue_of_the_held_job(
 
 
 def test_replies_show_a_job_only_to_callers_who_may_view_jobs(client: Client) -> None:
-    """Scheduling, cancelling, rescheduling or retrying does not let a caller read jobs:
-    without view_delayedjob it gets the job's id, never its fields or a holder's id."""
+    """Scheduling does not let a caller read jobs: without view_delayedjob it gets the
+    job's id, never its fields or a holder's id. (Cancelling, rescheduling and retrying
+    need view_delayedjob: see test_an_action_without_the_view_permission_is_403.)"""
     other = make_job(key="order:42:close", delay=timedelta(hours=1))
     blind = Api(client, key_of(make_user("add_delayedjob", "reschedule_delayedjob")))
     created = blind.post("jobs/", {"job_type": SCRIPTED, "payload": {"a": 1}})
@@ -719,20 +767,6 @@ def test_replies_show_a_job_only_to_callers_who_may_view_jobs(client: Client) ->
     assert_error(running, 409, "duplicate_key", "it is running and cannot be moved")
     assert "existing_id" not in running.json()
     assert str(other.pk) not in running.json()["detail"]
-
-    job = make_job(delay=timedelta(hours=1))
-    failed = make_job(JobStatus.FAILED)
-    acting = Api(client, key_of(make_user(*ALL_PERMISSIONS[2:], username="actor")))
-    for route, body in (
-        (f"jobs/{job.pk}/reschedule/", {"delay": 60}),
-        (f"jobs/{job.pk}/cancel/", NOTHING),
-        (f"jobs/{failed.pk}/retry/", NOTHING),
-    ):
-        response = acting.post(route, body)
-        assert response.status_code == 200
-        assert set(response.json()) == {"id"}
-    make_job(key="by-key")
-    assert set(acting.post("jobs/cancel/", {"key": "by-key"}).json()) == {"id"}
 
 
 class Internal(delayjobs.JobType):
@@ -960,6 +994,8 @@ LIST_REFUSALS: dict[str, tuple[dict[str, Any], dict[str, str]]] = {
     "limit zero": ({"limit": "0"}, {"limit": f"from 1 to {MAX_LIMIT}"}),
     "limit too high": ({"limit": str(MAX_LIMIT + 1)}, {"limit": f"from 1 to {MAX_LIMIT}"}),
     "limit not a number": ({"limit": "ten"}, {"limit": "whole number"}),
+    # More digits than int() converts (sys.get_int_max_str_digits(), 4300): no 500.
+    "limit of 5000 digits": ({"limit": "9" * 5000}, {"limit": f"from 1 to {MAX_LIMIT}"}),
     "limit twice": ({"limit": ["1", "2"]}, {"limit": "Give this parameter once."}),
     "unknown status": ({"status": "done"}, {"status": "must be one of scheduled, running"}),
     "unknown parameter": ({"staus": "failed"}, {"staus": "Unknown query parameter."}),
@@ -975,6 +1011,36 @@ def test_list_refuses_bad_query_parameters(
     api: Api, query: dict[str, Any], fields: dict[str, str]
 ) -> None:
     assert_error(api.get("jobs/", **query), 400, "invalid", "", **fields)
+
+
+def test_a_limit_with_leading_zeros_is_its_number(api: Api) -> None:
+    for _ in range(3):
+        make_job()
+    for limit in ("02", "0" * 5000 + "2"):
+        page = api.get("jobs/", limit=limit).json()
+        assert (len(page["jobs"]), page["next_cursor"] is not None) == (2, True)
+    assert len(api.get("jobs/", limit="0" * 10 + str(MAX_LIMIT)).json()["jobs"]) == 3
+    assert_error(api.get("jobs/", limit="000"), 400, "invalid", "", limit="from 1 to")
+
+
+def test_more_query_fields_than_django_takes_is_a_json_400(api: Api, settings: Any) -> None:
+    """Django refuses to parse such a query (TooManyFieldsSent): the API answers in its
+    own shape, on a read and on a write, and the write changes nothing."""
+    settings.DATA_UPLOAD_MAX_NUMBER_FIELDS = 5
+    job = make_job()
+    before = rows()
+    too_many = {"status": ["scheduled"] * 6}
+    for response in (
+        api.get("jobs/", **too_many),
+        api.post(f"jobs/{job.pk}/cancel/", **too_many),
+    ):
+        assert_error(
+            response, 400, "invalid", "The request could not be read: The number of GET/POST"
+        )
+        assert "DATA_UPLOAD_MAX_NUMBER_FIELDS" in response.json()["detail"]
+    assert rows() == before
+    # Up to the setting, the query is read as usual.
+    assert api.get("jobs/", status=["scheduled"] * 5).status_code == 200
 
 
 def test_unknown_query_parameters_are_refused_on_every_operation(api: Api) -> None:
@@ -1300,6 +1366,107 @@ def test_a_session_reads_and_writes_with_a_csrf_token_only() -> None:
     assert response.status_code == 201
 
 
+def staff_session() -> tuple[Api, str]:
+    """A staff user's session of a client that enforces CSRF, and its CSRF token."""
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(make_user(*ALL_PERMISSIONS, username="staff", is_staff=True))
+    client.get(reverse("admin:index"))  # any page sets the CSRF cookie
+    return Api(client), client.cookies["csrftoken"].value
+
+
+def test_a_session_post_of_a_form_with_its_csrf_token_is_415() -> None:
+    """The CSRF check reads a form's token from request.POST, which consumes a multipart
+    body: the request is still refused as a body that is not JSON, not with a 500."""
+    session, token = staff_session()
+    job = make_job(delay=timedelta(hours=1))
+    before = rows()
+    for route, fields, headers in (
+        ("jobs/", {"job_type": SCRIPTED, "csrfmiddlewaretoken": token}, {}),
+        ("jobs/", {"job_type": SCRIPTED}, {"x-csrftoken": token}),
+        (f"jobs/{job.pk}/cancel/", {"csrfmiddlewaretoken": token}, {}),
+    ):
+        response = session.post(
+            route,
+            raw=encode_multipart(BOUNDARY, fields),
+            content_type=MULTIPART_CONTENT,
+            headers=headers,
+        )
+        assert_error(
+            response,
+            415,
+            "unsupported_media_type",
+            "Send the body as application/json (UTF-8); the Content-Type was multipart/form-data",
+        )
+        assert rows() == before
+    assert log_entries() == []
+
+
+FORM = "application/x-www-form-urlencoded"
+#: Form bodies Django refuses to parse when the CSRF check reads request.POST, with the
+#: settings that make it so, and the API's reply.
+UNREADABLE_FORMS: dict[str, tuple[dict[str, Any], str, bytes, int, str, str]] = {
+    "too many form fields": (
+        {"DATA_UPLOAD_MAX_NUMBER_FIELDS": 5},
+        FORM,
+        urlencode({"field": range(6)}, doseq=True).encode(),
+        400,
+        "invalid",
+        "The request could not be read: The number of GET/POST parameters exceeded",
+    ),
+    "too many multipart fields": (
+        {"DATA_UPLOAD_MAX_NUMBER_FIELDS": 5},
+        MULTIPART_CONTENT,
+        encode_multipart(BOUNDARY, {"field": list(range(6))}),
+        400,
+        "invalid",
+        "The request could not be read: The number of GET/POST parameters exceeded",
+    ),
+    "multipart without a boundary": (
+        {},
+        "multipart/form-data",
+        b"field=1",
+        400,
+        "invalid",
+        "The request could not be read: Invalid boundary in multipart",
+    ),
+    "form over DATA_UPLOAD_MAX_MEMORY_SIZE": (
+        {"DATA_UPLOAD_MAX_MEMORY_SIZE": 1000},
+        FORM,
+        urlencode({"field": "x" * 2000}).encode(),
+        413,
+        "too_large",
+        "The body is over Django's size limits.",
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("overrides", "content_type", "raw", "status", "code", "detail"),
+    list(UNREADABLE_FORMS.values()),
+    ids=list(UNREADABLE_FORMS),
+)
+def test_a_session_form_body_django_will_not_parse_is_a_json_error(
+    settings: Any,
+    overrides: dict[str, Any],
+    content_type: str,
+    raw: bytes,
+    status: int,
+    code: str,
+    detail: str,
+) -> None:
+    for name, value in overrides.items():
+        setattr(settings, name, value)
+    session, token = staff_session()
+    job = make_job(delay=timedelta(hours=1))
+    before = rows()
+    for route in ("jobs/", f"jobs/{job.pk}/cancel/"):
+        response = session.post(
+            route, raw=raw, content_type=content_type, headers={"x-csrftoken": token}
+        )
+        assert_error(response, status, code, detail)
+        assert rows() == before
+
+
 def test_key_requests_need_no_csrf_token() -> None:
     client = Client(enforce_csrf_checks=True)
     response = Api(client, key_of(make_user(*ALL_PERMISSIONS))).post(
@@ -1310,6 +1477,31 @@ def test_key_requests_need_no_csrf_token() -> None:
 
 def test_an_anonymous_session_is_401(client: Client) -> None:
     assert_error(Api(client).get("jobs/"), 401, "not_authenticated", "not provided")
+
+
+def test_login_required_middleware_leaves_the_api_to_its_own_authentication(
+    client: Client, settings: Any
+) -> None:
+    """Django 5.1's LoginRequiredMiddleware redirects anonymous requests to the login page;
+    a key request is anonymous to Django, and a client wants a JSON 401, not a redirect."""
+    login_required = "django.contrib.auth.middleware.LoginRequiredMiddleware"
+    settings.MIDDLEWARE = [*settings.MIDDLEWARE, login_required]
+    # The middleware is on: any other page of the site sends an anonymous visitor away.
+    page = client.get(reverse("meetings:list"))
+    assert (page.status_code, page["Location"].split("?")[0]) == (302, settings.LOGIN_URL)
+    keyed = Api(client, key_of(make_user(*ALL_PERMISSIONS)))
+    assert keyed.get("jobs/").status_code == 200
+    created = keyed.post("jobs/", {"job_type": SCRIPTED})
+    assert created.status_code == 201
+    assert keyed.post(f"jobs/{created.json()['id']}/cancel/").status_code == 200
+    anonymous = Api(client)
+    response = anonymous.get("jobs/")
+    assert_error(response, 401, "not_authenticated", "not provided")
+    assert response["WWW-Authenticate"] == CHALLENGE
+    assert_error(anonymous.post("jobs/", {"job_type": SCRIPTED}), 401, "not_authenticated", "")
+    assert anonymous.get("openapi.json").status_code == 200
+    assert anonymous.request("OPTIONS", "jobs/").status_code == 204
+    assert_error(anonymous.get("nowhere/"), 404, "not_found", "No such URL")
 
 
 def test_a_session_of_a_user_who_is_not_staff_is_401(client: Client) -> None:
@@ -1331,46 +1523,100 @@ def test_a_session_of_a_user_who_is_not_staff_is_401(client: Client) -> None:
 # Permissions ----------------------------------------------------------------------------
 
 
+#: Every permission each operation needs (an action on existing jobs also needs
+#: view_delayedjob, as in the admin), a request of it, and its success status.
 PERMISSION_CASES = {
-    "schedule": ("add_delayedjob", lambda job: ("POST", "jobs/", {"job_type": SCRIPTED}), 201),
+    "schedule": (("add_delayedjob",), lambda job: ("POST", "jobs/", {"job_type": SCRIPTED}), 201),
     "bulk": (
-        "add_delayedjob",
+        ("add_delayedjob",),
         lambda job: ("POST", "jobs/bulk/", {"jobs": [{"job_type": SCRIPTED}]}),
         201,
     ),
-    "list": ("view_delayedjob", lambda job: ("GET", "jobs/", NOTHING), 200),
-    "get": ("view_delayedjob", lambda job: ("GET", f"jobs/{job.pk}/", NOTHING), 200),
-    "cancel": ("cancel_delayedjob", lambda job: ("POST", f"jobs/{job.pk}/cancel/", NOTHING), 200),
-    "cancel by key": ("cancel_delayedjob", lambda job: ("POST", "jobs/cancel/", {"key": "p"}), 200),
+    "list": (("view_delayedjob",), lambda job: ("GET", "jobs/", NOTHING), 200),
+    "get": (("view_delayedjob",), lambda job: ("GET", f"jobs/{job.pk}/", NOTHING), 200),
+    "cancel": (
+        ("cancel_delayedjob", "view_delayedjob"),
+        lambda job: ("POST", f"jobs/{job.pk}/cancel/", NOTHING),
+        200,
+    ),
+    "cancel by key": (
+        ("cancel_delayedjob", "view_delayedjob"),
+        lambda job: ("POST", "jobs/cancel/", {"key": "p"}),
+        200,
+    ),
     "reschedule": (
-        "reschedule_delayedjob",
+        ("reschedule_delayedjob", "view_delayedjob"),
         lambda job: ("POST", f"jobs/{job.pk}/reschedule/", {"delay": 5}),
         200,
     ),
-    "retry": ("retry_delayedjob", lambda job: ("POST", f"jobs/{job.pk}/retry/", NOTHING), 200),
+    "retry": (
+        ("retry_delayedjob", "view_delayedjob"),
+        lambda job: ("POST", f"jobs/{job.pk}/retry/", NOTHING),
+        200,
+    ),
 }
 
 
 @pytest.mark.parametrize(
-    ("permission", "request_of", "success"),
+    ("permissions", "request_of", "success"),
     list(PERMISSION_CASES.values()),
     ids=list(PERMISSION_CASES),
 )
-def test_each_operation_needs_its_permission(
-    client: Client, permission: str, request_of: Any, success: int
+def test_each_operation_needs_its_permissions(
+    client: Client, permissions: tuple[str, ...], request_of: Any, success: int
 ) -> None:
     job = make_job(key="p")
-    if permission == "retry_delayedjob":
+    if "retry_delayedjob" in permissions:
         DelayedJob.objects.filter(pk=job.pk).update(status=JobStatus.FAILED)
     method, route, body = request_of(job)
-    others = [codename for codename in ALL_PERMISSIONS if codename != permission]
-    without = Api(client, key_of(make_user(*others, username="without")))
+    needed = [f"delayjobs.{codename}" for codename in permissions]
+    # The document names the same permissions the view checks.
+    operation = resolve(BASE + route).func.operations[method]
+    described = document()["paths"][openapi_path(operation.route)][method.lower()]
+    assert described["x-permissions"] == needed
+    plural = "s" if len(needed) > 1 else ""
+    message = f"This operation needs the permission{plural} {' and '.join(needed)}."
     before = rows()
-    response = without.request(method, route, body)
-    assert_error(response, 403, "permission_denied", f"delayjobs.{permission}")
-    assert rows() == before
-    with_it = Api(client, key_of(make_user(permission, username="with")))
-    assert with_it.request(method, route, body).status_code == success
+    # Any one of them missing is enough to be refused, whatever else the user may do.
+    for missing in permissions:
+        others = [codename for codename in ALL_PERMISSIONS if codename != missing]
+        without = Api(client, key_of(make_user(*others, username=f"without-{missing}")))
+        response = without.request(method, route, body)
+        assert_error(response, 403, "permission_denied", message)
+        assert f"delayjobs.{missing}" in response.json()["detail"]
+        assert rows() == before
+    with_them = Api(client, key_of(make_user(*permissions, username="with")))
+    assert with_them.request(method, route, body).status_code == success
+
+
+def test_an_action_without_the_view_permission_is_403_and_changes_nothing(
+    client: Client,
+) -> None:
+    """As in the admin, whose actions are on its job list: cancel, reschedule and retry
+    need view_delayedjob too, or a caller could act on jobs it may not see (and tell from
+    404 against 409 which ids exist, and in what state)."""
+    job = make_job(key="by-key", delay=timedelta(hours=1))
+    failed = make_job(JobStatus.FAILED)
+    acting = Api(client, key_of(make_user(*ALL_PERMISSIONS[2:], username="actor")))
+    before = rows()
+    for route, body, permission in (
+        (f"jobs/{job.pk}/cancel/", NOTHING, "cancel"),
+        ("jobs/cancel/", {"key": "by-key"}, "cancel"),
+        (f"jobs/{job.pk}/reschedule/", {"delay": 60}, "reschedule"),
+        (f"jobs/{failed.pk}/retry/", NOTHING, "retry"),
+        # Refused before the job is looked up: a missing job is no 404 either.
+        ("jobs/999999/cancel/", NOTHING, "cancel"),
+    ):
+        response = acting.post(route, body)
+        assert_error(
+            response,
+            403,
+            "permission_denied",
+            f"This operation needs the permissions delayjobs.{permission}_delayedjob and "
+            f"delayjobs.view_delayedjob.",
+        )
+        assert rows() == before
+    assert log_entries() == []
 
 
 def test_a_superuser_may_do_everything(client: Client) -> None:
@@ -1459,6 +1705,75 @@ def test_a_session_is_named_in_the_log_and_a_refusal_logs_nothing(client: Client
     assert log_entries() == [
         (job.pk, "operator", CHANGE, "Retried through the HTTP API (was succeeded; session).")
     ]
+
+
+# A write PostgreSQL rolls back ----------------------------------------------------------
+
+
+@contextmanager
+def failing_audit_log(sqlstate: str) -> Iterator[None]:
+    """Every insert into the admin's log raises a PostgreSQL error with ``sqlstate``: the
+    last write of every writing operation fails, after its changes to the jobs. (Within the
+    test's transaction, which takes the trigger away with it; dropped here anyway.)"""
+    table = connection.ops.quote_name(LogEntry._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "CREATE FUNCTION delayjobs_test_fail() RETURNS trigger LANGUAGE plpgsql AS $$ "
+            f"BEGIN RAISE EXCEPTION 'raised by a test trigger' USING ERRCODE = '{sqlstate}'; "
+            "END $$"
+        )
+        cursor.execute(
+            f"CREATE TRIGGER delayjobs_test_fail BEFORE INSERT ON {table} "
+            "FOR EACH ROW EXECUTE FUNCTION delayjobs_test_fail()"
+        )
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(f"DROP TRIGGER delayjobs_test_fail ON {table}")
+            cursor.execute("DROP FUNCTION delayjobs_test_fail()")
+
+
+@pytest.mark.parametrize("sqlstate", ["40P01", "40001"], ids=["deadlock", "serialization"])
+def test_a_write_the_database_rolls_back_is_503_try_again_and_changes_nothing(
+    api: Api, sqlstate: str, django_capture_on_commit_callbacks: Any
+) -> None:
+    """PostgreSQL breaks a deadlock (or a serialization failure) by rolling back one of the
+    transactions: nothing of it was written, and sent again it will pass."""
+    if connection.vendor != "postgresql":
+        pytest.skip("SQLite has no deadlock detection: a writer waits for the database lock")
+    job = make_job(key="k", delay=timedelta(hours=1))
+    failed = make_job(JobStatus.FAILED)
+    writes = [
+        ("jobs/", {"job_type": SCRIPTED}),
+        ("jobs/bulk/", {"jobs": [{"job_type": SCRIPTED}, {"job_type": SCRIPTED}]}),
+        ("jobs/", {"job_type": SCRIPTED, "key": "k", "replace": True, "delay": 5}),
+        (f"jobs/{job.pk}/cancel/", NOTHING),
+        ("jobs/cancel/", {"key": "k"}),
+        (f"jobs/{job.pk}/reschedule/", {"delay": 60}),
+        (f"jobs/{failed.pk}/retry/", NOTHING),
+    ]
+    api.get("jobs/")  # the key's first use writes last_used_at: not part of the writes
+    before = rows()
+    with failing_audit_log(sqlstate):
+        for route, body in writes:
+            with django_capture_on_commit_callbacks() as callbacks:
+                response = api.post(route, body)
+            assert_error(response, 503, "try_again", "nothing was changed. Send it again.")
+            assert response["Retry-After"] == "1"
+            assert rows() == before, route
+            assert log_entries() == []
+            assert callbacks == []  # nothing for Redis either
+    # Any other database error is not the client's to retry: it is raised (a 500).
+    with failing_audit_log("55P03"), pytest.raises(OperationalError):  # lock_not_available
+        api.post("jobs/", {"job_type": SCRIPTED})
+    assert rows() == before
+    # Sent again, once the database lets it through, each passes.
+    for route, body in writes[:2]:
+        with django_capture_on_commit_callbacks() as callbacks:
+            assert api.post(route, body).status_code == 201
+        assert callbacks  # its jobs go to Redis once it commits
+    assert len(log_entries()) == 3
 
 
 # Key admin and command -----------------------------------------------------------------

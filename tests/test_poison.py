@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
+from django.utils import timezone
 
 import delayjobs
 from delayjobs.consumer import EXIT_STUCK
@@ -141,6 +143,42 @@ def test_a_consumer_whose_threads_are_all_stuck_exits_for_a_fresh_one(
     wait_final([job.pk], [successor], timeout=60)
     job.refresh_from_db()
     assert job.status in (JobStatus.SUCCEEDED, JobStatus.FAILED)
+
+
+def test_jobs_claimed_behind_a_long_one_are_not_timed_out_while_they_wait_for_a_thread(
+    consumer_process: ConsumerFactory, release_file: Path
+) -> None:
+    # One thread. Quick jobs first, so that the consumer claims many jobs per idle thread.
+    consumer = consumer_process("--concurrency", "1")
+    warm_up = delayjobs.schedule_many([{"job_type": "tests.noop"} for _ in range(20)])
+    wait_final([job.pk for job in warm_up], [consumer])
+
+    # Claimed together: the long job (time_to_run 60 s) takes the thread, the quick ones
+    # (tests.scripted: time_to_run 2 s) wait behind it, their claim older than 2 s.
+    run_at = timezone.now() + timedelta(seconds=1)
+    payload = {"hold_attempts": [1], "release_file": str(release_file)}
+    long_one, *waiting = delayjobs.schedule_many(
+        [{"job_type": "tests.slow_queue", "payload": payload, "run_at": run_at, "priority": 10}]
+        + [{"job_type": "tests.scripted", "run_at": run_at} for _ in range(5)]
+    )
+    wait_for(lambda: Execution.objects.filter(job_id=long_one.pk).exists())
+    claimed = DelayedJob.objects.filter(pk__in=[job.pk for job in waiting], attempts=1)
+    wait_for(lambda: claimed.filter(status=JobStatus.RUNNING).count() == 5)
+    claimed_at = claimed.first().started_at
+
+    # Their leases renewed 4 s past the claim: they outlived 2 s of waiting, untimed.
+    def renewed() -> bool:
+        leases = claimed.filter(status=JobStatus.RUNNING).values_list("lease_expires_at", flat=True)
+        leases = list(leases)
+        return len(leases) == 5 and min(leases) > claimed_at + timedelta(seconds=4)
+
+    wait_for(renewed, message="the waiting jobs were not kept while the long one ran")
+    release_file.touch()
+
+    wait_final([long_one.pk, *[job.pk for job in waiting]], [consumer])
+    for job in [long_one, *waiting]:
+        assert [outcome for _n, _w, outcome in history(job)] == [AttemptOutcome.SUCCEEDED]
+    check_alive([consumer])
 
 
 # Exceptions that would end a careless consumer -----------------------------------------

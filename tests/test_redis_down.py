@@ -8,14 +8,17 @@ stops and starts again empty, as a crashed Redis without persistence would come 
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.db import connections
 from django.utils import timezone
 
 import delayjobs
+from delayjobs.consumer import Consumer
 from delayjobs.models import DelayedJob
 from sampleproject.services import RedisServer, free_port
 from tests.conftest import ConsumerFactory, ConsumerProcess
@@ -129,3 +132,35 @@ def test_redis_lost_under_load_then_back_empty_loses_nothing(
     assert output.count(DOWN) == 1
     assert output.count(BACK) == 1
     check_alive([consumer])
+
+
+def test_redis_lost_in_a_backlog_with_busy_threads_switches_to_the_database(
+    outage: Outage,
+) -> None:
+    """A consumer that waits for slots between pops in a backlog must not count those
+    waits as Redis answering: two failed pops in a row switch it to the database."""
+    outage.start()
+    consumer = Consumer(concurrency=4, preload=False)
+    # What a busy consumer's last good pop leaves: due jobs left behind (a backlog), jobs
+    # of about 10 ms (one per idle thread), three threads still in long jobs.
+    consumer._backlog = True
+    consumer._average_run = 0.01
+    for _ in range(3):
+        consumer._busy += 1
+        consumer._slots.take("default", "tests.scripted")
+    outage.stop()
+
+    def run_loop() -> None:
+        try:
+            consumer._loop()
+        finally:
+            connections.close_all()  # this thread's: the test database is dropped after
+
+    loop = threading.Thread(target=run_loop, daemon=True)
+    loop.start()
+    try:
+        wait_for(lambda: consumer._database_mode, message="still retrying Redis")
+    finally:
+        consumer.request_stop()
+        loop.join(timeout=30)
+    assert not loop.is_alive()

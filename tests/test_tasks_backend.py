@@ -57,6 +57,7 @@ from delayjobs.task_jobs import (
     TaskRefused,
     TaskSkipped,
     TaskWorkerLost,
+    UnknownTaskBackend,
     unavailable_task,
 )
 from tests.conftest import REPO_ROOT, ConsumerFactory, subprocess_env
@@ -75,6 +76,7 @@ from tests.tasks import (
     returns_int_keys,
     returns_nan,
 )
+from tests.utils import wait_for
 
 MARKER_MODULE = "delayjobs_tasks_marker"
 MARKER_ENV = "DELAYJOBS_TASKS_MARKER"
@@ -276,9 +278,37 @@ def test_the_row_carries_json_and_no_pickle() -> None:
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("result_id", ["", "abc", "12abc", " 1", "1.0", "-1", "99999999", "٣"])
+@pytest.mark.parametrize(
+    "result_id",
+    [
+        "",
+        "abc",
+        "12abc",
+        " 1",
+        "1.0",
+        "-1",
+        "99999999",
+        "٣",
+        "9223372036854775807",  # the largest id a row can have, but no row
+        "9223372036854775808",  # 2**63: past what the database's integers hold
+        "9999999999999999999",
+    ],
+)
 def test_get_result_of_an_unknown_id_raises_does_not_exist(result_id: str) -> None:
     with pytest.raises(TaskResultDoesNotExist):
+        default_task_backend.get_result(result_id)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("result_id", ["9223372036854775808", "9999999999999999999"])
+def test_get_result_of_an_id_past_the_largest_row_id_does_not_reach_the_database(
+    result_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Django (5.0+) turns an out-of-range integer lookup into an empty result for its
+    # own backends; one that declares no integer range hands the value to the driver,
+    # where SQLite's raises OverflowError. The id check does not rely on that guard.
+    monkeypatch.setattr(connection.ops, "integer_field_range", lambda internal_type: (None, None))
+    with pytest.raises(TaskResultDoesNotExist, match="ids are job numbers"):
         default_task_backend.get_result(result_id)
 
 
@@ -374,6 +404,31 @@ def test_errors_of_timed_out_and_lease_expired_attempts_name_stand_in_classes() 
     assert fetched.last_attempted_at == now + timedelta(seconds=2)
 
 
+@pytest.mark.django_db
+def test_a_result_whose_queue_its_backend_no_longer_allows_stays_on_its_own_backend(
+    tasks_signals: list[tuple[str, Any]],
+) -> None:
+    from django.conf import settings
+
+    result = add.using(backend="retrying").enqueue(1, 2)
+    assert row(result).queue == "default"
+    # A later deploy removes the queue "default" from the backend that enqueued the task.
+    tasks = {**settings.TASKS, "retrying": {**settings.TASKS["retrying"], "QUEUES": ["later"]}}
+    with override_settings(TASKS=tasks):
+        fetched = task_backends["retrying"].get_result(result.id)
+        assert fetched.backend == "retrying"
+        assert (fetched.task.backend, fetched.task.queue_name) == ("retrying", "later")
+        assert fetched.task.func is add.func
+        fetched.refresh()  # asks the task's backend: the one that holds the result
+        assert fetched.status == TaskResultStatus.READY
+        later = add.using(backend="retrying", queue_name="later")
+        assert later.get_result(result.id).id == result.id
+
+        assert registry.get(TASK_JOB_TYPE).execute(claimed(result)) == 3
+        finished = tasks_signals[-1][1]
+        assert (finished.task.backend, finished.task.queue_name) == ("retrying", "later")
+
+
 # Execution in this process (signals, context) -------------------------------------------
 
 
@@ -433,6 +488,81 @@ def test_execute_gives_the_context_the_attempt_number_and_worker_history() -> No
     )
     value = registry.get(TASK_JOB_TYPE).execute(claimed(result, attempt=2))
     assert value == {"id": result.id, "attempt": 2, "workers": ["earlier", "here"]}
+
+
+def attempt_row(
+    job: DelayedJob, number: int, worker_id: str, started_at: datetime, outcome: str
+) -> JobAttempt:
+    return JobAttempt.objects.create(
+        job=job,
+        number=number,
+        worker_id=worker_id,
+        started_at=started_at,
+        finished_at=started_at,
+        outcome=outcome,
+        error="" if outcome == AttemptOutcome.SUCCEEDED else f"TaskBoom: {worker_id}",
+        lateness=timedelta(0),
+    )
+
+
+@pytest.mark.django_db
+def test_after_a_retry_attempt_numbers_and_history_count_only_the_new_run() -> None:
+    result = record.enqueue("again")
+    job = row(result)
+    first_run = timezone.now() - timedelta(hours=1)
+    # The first run: two attempts, then failed; an operator retries the job.
+    attempt_row(job, 1, "old-1", first_run, AttemptOutcome.RETRYING)
+    attempt_row(job, 2, "old-2", first_run + timedelta(minutes=1), AttemptOutcome.FAILED)
+    DelayedJob.objects.filter(pk=job.pk).update(
+        status=JobStatus.FAILED, attempts=2, started_at=first_run + timedelta(minutes=1)
+    )
+    delayjobs.retry(job.pk)
+    retried = default_task_backend.get_result(result.id)
+    assert retried.status == TaskResultStatus.READY
+    assert (retried.attempts, retried.worker_ids, retried.errors) == (0, [], [])
+    assert retried.started_at is None
+
+    # Its first attempt fails; the second runs with attempt number 2, not 4.
+    new_run = timezone.now()
+    attempt_row(job, 1, "new-1", new_run, AttemptOutcome.RETRYING)
+    DelayedJob.objects.filter(pk=job.pk).update(attempts=1, started_at=new_run)
+    value = registry.get(TASK_JOB_TYPE).execute(claimed(result, attempt=2))
+    assert value == {"id": result.id, "attempt": 2, "workers": ["new-1", "here"]}
+    assert Execution.objects.get(job_id=job.pk).attempt == 2
+
+    # Once it ends, the result reads the new run's attempts only.
+    attempt_row(job, 2, "new-2", new_run + timedelta(seconds=1), AttemptOutcome.FAILED)
+    DelayedJob.objects.filter(pk=job.pk).update(
+        status=JobStatus.FAILED, attempts=2, started_at=new_run + timedelta(seconds=1)
+    )
+    ended = default_task_backend.get_result(result.id)
+    assert ended.attempts == 2 and ended.worker_ids == ["new-1", "new-2"]
+    assert ["TaskBoom: new-1" in e.traceback for e in ended.errors] == [True, False]
+    assert ended.started_at == new_run
+
+
+@pytest.mark.django_db
+def test_a_retried_job_running_its_first_attempt_reports_only_that_attempt() -> None:
+    result = add.enqueue(1, 2)
+    job = row(result)
+    earlier = timezone.now() - timedelta(hours=1)
+    # It succeeded at its first attempt; retried, its new first attempt is running.
+    attempt_row(job, 1, "old-1", earlier, AttemptOutcome.SUCCEEDED)
+    DelayedJob.objects.filter(pk=job.pk).update(
+        status=JobStatus.SUCCEEDED, attempts=1, started_at=earlier, result=3
+    )
+    delayjobs.retry(job.pk)
+    now = timezone.now()
+    DelayedJob.objects.filter(pk=job.pk).update(
+        status=JobStatus.RUNNING, attempts=1, worker_id="w-new", started_at=now
+    )
+    running = default_task_backend.get_result(result.id)
+    assert running.status == TaskResultStatus.RUNNING
+    assert (running.attempts, running.worker_ids) == (1, ["w-new"])
+    assert running.started_at == running.last_attempted_at == now
+    # Its attempt row, once written (a read racing the end of the attempt), is the one.
+    attempt_row(job, 1, "w-new", now, AttemptOutcome.SUCCEEDED)
+    assert default_task_backend.get_result(result.id).worker_ids == ["w-new"]
 
 
 @pytest.mark.django_db
@@ -649,6 +779,34 @@ def test_a_task_this_consumer_does_not_know_is_retried_minutes_later() -> None:
     assert jobtype.retry_delay(job, TaskBoom("x")) <= timedelta(seconds=2)
 
 
+@pytest.mark.django_db
+def test_a_backend_alias_this_consumer_does_not_know_is_retried_minutes_later() -> None:
+    # A deploy adds TASKS["emails"] on a shared queue; old consumers claim its rows.
+    from django.conf import settings
+
+    jobtype = registry.get(TASK_JOB_TYPE)
+    job = forged("tests.tasks.add", backend="emails", max_attempts=5)
+    job.status, job.attempts, job.worker_id = JobStatus.RUNNING, 1, "old-consumer"
+    with pytest.raises(UnknownTaskBackend, match="'emails'") as caught:
+        jobtype.execute(job)
+    assert not isinstance(caught.value, TaskRefused)
+    before = timezone.now()
+    retry_at = retry_at_after(job, caught.value)
+    assert retry_at is not None and retry_at - before >= UNREGISTERED_RETRY_BASE / 2
+    job.attempts = 3
+    assert jobtype.retry_delay(job, caught.value) >= UNREGISTERED_RETRY_BASE
+
+    # An alias that exists but cannot run tasks here is still refused, not retried.
+    tasks = {**settings.TASKS, "broken": {"BACKEND": "tests.no_such_module.Backend"}}
+    with override_settings(TASKS=tasks):
+        for alias, message in [("immediate", "not a DelayJobsBackend"), ("broken", "usable")]:
+            refused = forged("tests.tasks.add", backend=alias, max_attempts=5)
+            refused.status, refused.attempts = JobStatus.RUNNING, 1
+            with pytest.raises(TaskRefused, match=message) as caught_refused:
+                jobtype.execute(refused)
+            assert retry_at_after(refused, caught_refused.value) is None
+
+
 @pytest.fixture
 def make_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., str]]:
     """Writes an importable module of the given source; removed from sys.modules after."""
@@ -799,14 +957,23 @@ def test_a_consumer_fails_rows_naming_unknown_tasks_or_foreign_backends_without_
     foreign = forged("tests.tasks.record", backend="immediate", max_attempts=3)
     missing_alias = forged("tests.tasks.record", backend="no-such-alias", max_attempts=3)
     control = add.enqueue(20, 22)
-    ids = [unknown.pk, not_a_task.pk, foreign.pk, missing_alias.pk, int(control.id)]
+    ids = [unknown.pk, not_a_task.pk, foreign.pk, int(control.id)]
 
     consumer = consumer_process(
         "--worker-id", "tasks-worker", env={"PYTHONPATH": _pythonpath(marker_module)}
     )
     wait_final(ids, [consumer], timeout=60)
+    # An alias this consumer does not know (a newer deploy's) is left for minutes.
+    retried = wait_for(
+        lambda: DelayedJob.objects.filter(
+            pk=missing_alias.pk, status=JobStatus.SCHEDULED, attempts=1
+        ).first(),
+        message=f"{consumer.output()[-3000:]}",
+    )
     consumer.send_signal(15)
     assert consumer.wait(timeout=30) == 0, consumer.output()
+    assert retried.run_at - timezone.now() >= UNREGISTERED_RETRY_BASE / 2 - timedelta(seconds=30)
+    assert retried.last_error.startswith("UnknownTaskBackend: Task backend alias 'no-such-alias'")
 
     assert default_task_backend.get_result(control.id).return_value == 42
     for job in (unknown, not_a_task):
@@ -814,12 +981,10 @@ def test_a_consumer_fails_rows_naming_unknown_tasks_or_foreign_backends_without_
         assert job.status == JobStatus.FAILED
         assert "is not a registered @task; known: " in job.last_error
         assert "tests.tasks.add" in job.last_error
-    for job in (foreign, missing_alias):
-        job.refresh_from_db()
-        # Refused, and not retried: waiting does not make the row runnable.
-        assert (job.status, job.attempts) == (JobStatus.FAILED, 1)
-        assert job.last_error.startswith("TaskRefused: Task backend alias")
     foreign.refresh_from_db()
+    # Refused, and not retried: waiting does not make the row runnable.
+    assert (foreign.status, foreign.attempts) == (JobStatus.FAILED, 1)
+    assert foreign.last_error.startswith("TaskRefused: Task backend alias")
     assert "not a DelayJobsBackend" in foreign.last_error
     assert not Execution.objects.exists()  # tests.tasks.record never ran
     assert not marker_module.exists(), f"the consumer imported {MARKER_MODULE}"

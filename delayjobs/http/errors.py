@@ -25,6 +25,11 @@ ERRORS: dict[str, tuple[int, str]] = {
     "invalid_transition": (409, "The job's status does not allow this operation."),
     "too_large": (413, "The body is larger than the API accepts."),
     "unsupported_media_type": (415, "The body must be sent as application/json."),
+    "try_again": (
+        503,
+        "The database broke a deadlock with a concurrent request by rolling this one back; "
+        "nothing was changed: send it again.",
+    ),
 }
 
 #: The HTTP statuses errors use, for the OpenAPI document.

@@ -205,9 +205,18 @@ def _status(text: str) -> str:
 
 
 def _limit(text: str) -> int:
-    if not text.isascii() or not text.isdigit() or not 1 <= int(text) <= MAX_LIMIT:
-        raise FieldError(f"must be a whole number from 1 to {MAX_LIMIT}, got {text!r}.")
-    return int(text)
+    # The length first: int() refuses thousands of digits with a ValueError of its own.
+    # Without the leading zeros, which int() takes: "050" is 50, as it always was.
+    digits = text.lstrip("0") or "0"
+    if (
+        not text.isascii()
+        or not text.isdigit()
+        or len(digits) > len(str(MAX_LIMIT))
+        or not 1 <= int(digits) <= MAX_LIMIT
+    ):
+        shown = text if len(text) <= 20 else f"{text[:20]}... ({len(text)} characters)"
+        raise FieldError(f"must be a whole number from 1 to {MAX_LIMIT}, got {shown!r}.")
+    return int(digits)
 
 
 def _content_type(text: str) -> ContentType:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, router, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -76,7 +76,10 @@ def find_key(plaintext: str) -> ApiKey | None:
     if parts is None:
         return None
     prefix, secret = parts
-    key = ApiKey.objects.select_related("user").filter(prefix=prefix).first()
+    # From the database that takes the writes: a key revoked (or a user deactivated) a
+    # moment ago must not still pass on a lagging replica.
+    database = router.db_for_write(ApiKey)
+    key = ApiKey.objects.using(database).select_related("user").filter(prefix=prefix).first()
     # compare_digest: the time taken does not tell how much of the digest matched.
     if key is None or not hmac.compare_digest(digest(secret), key.digest):
         return None

@@ -8,7 +8,7 @@ same list, so the document cannot promise what the views do not do.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
@@ -65,6 +65,16 @@ class Operation:
     location: bool = False
     #: More to say in the document than the permission needed.
     notes: str = ""
+    #: Also needs the view permission: an action on existing jobs, which the admin offers
+    #: only on its job list. Without it a caller could act on jobs it may not see, and
+    #: learn from 404 against 409 which ids exist and in what state.
+    needs_view: bool = False
+
+    def permissions(self) -> tuple[str, ...]:
+        """Every permission this operation needs; () for a public one."""
+        if self.permission is None:
+            return ()
+        return (self.permission, VIEW) if self.needs_view else (self.permission,)
 
     def body_limit(self) -> tuple[int, str]:
         """The largest body this operation takes, and the setting that makes it so: "" for
@@ -89,7 +99,16 @@ class Operation:
             codes.append("not_found")
         if self.conflicts:
             codes += ["duplicate_key", "invalid_transition"]
+        if self.writes:
+            codes.append("try_again")
         return sorted(set(codes), key=list(ERRORS).index)
+
+
+def describe_permissions(permissions: Sequence[str]) -> str:
+    """'the permission a' or 'the permissions a and b', for messages and the document."""
+    if len(permissions) == 1:
+        return f"the permission {permissions[0]}"
+    return f"the permissions {', '.join(permissions[:-1])} and {permissions[-1]}"
 
 
 def _ref(name: str) -> Schema:
@@ -104,7 +123,8 @@ def openapi_document(call: Call) -> Reply:
 
 #: A job in a reply to a change: all of it, or only its id to a caller without VIEW.
 JOB_OR_ID: Schema = {"oneOf": [_ref("Job"), _ref("JobId")]}
-JOB_ACTION = (200, f"The job, after the change (only its id without {VIEW}).", JOB_OR_ID)
+#: Actions on existing jobs need VIEW too (needs_view): their reply is always the whole job.
+JOB_ACTION = (200, "The job, after the change.", _ref("Job"))
 ONLY_ID = f"The reply shows the job's fields only with {VIEW}; without it, only its id."
 
 OPERATIONS: tuple[Operation, ...] = (
@@ -166,11 +186,11 @@ OPERATIONS: tuple[Operation, ...] = (
         handlers.cancel_job_by_key,
         CANCEL,
         JOB_ACTION,
+        needs_view=True,
         body=handlers.CANCEL_BY_KEY,
         writes=True,
         conflicts=True,
         finds_job=True,
-        notes=ONLY_ID,
     ),
     Operation(
         "GET",
@@ -191,11 +211,11 @@ OPERATIONS: tuple[Operation, ...] = (
         handlers.cancel_job,
         CANCEL,
         JOB_ACTION,
+        needs_view=True,
         body=NO_FIELDS,
         body_required=False,
         writes=True,
         conflicts=True,
-        notes=ONLY_ID,
     ),
     Operation(
         "POST",
@@ -206,10 +226,10 @@ OPERATIONS: tuple[Operation, ...] = (
         handlers.reschedule_job,
         RESCHEDULE,
         JOB_ACTION,
+        needs_view=True,
         body=handlers.RESCHEDULE,
         writes=True,
         conflicts=True,
-        notes=ONLY_ID,
     ),
     Operation(
         "POST",
@@ -220,11 +240,11 @@ OPERATIONS: tuple[Operation, ...] = (
         handlers.retry_job,
         RETRY,
         JOB_ACTION,
+        needs_view=True,
         body=NO_FIELDS,
         body_required=False,
         writes=True,
         conflicts=True,
-        notes=ONLY_ID,
     ),
     Operation(
         "GET",
@@ -329,9 +349,10 @@ def _operation_object(operation: Operation) -> Schema:
     if operation.permission is None:
         result["security"] = []
     else:
-        needs = f"Needs the permission {operation.permission}."
+        needs = f"Needs {describe_permissions(operation.permissions())}."
         result["description"] = f"{needs} {operation.notes}".strip()
         result["x-permission"] = operation.permission
+        result["x-permissions"] = list(operation.permissions())
     if operation.body is not None:
         limit, setting = operation.body_limit()
         source = f" (Django's {setting})" if setting else ""

@@ -9,9 +9,10 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from django.core.exceptions import RequestDataTooBig
-from django.db import transaction
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.core.exceptions import BadRequest, RequestDataTooBig, SuspiciousOperation
+from django.db import OperationalError, transaction
+from django.http import HttpRequest, HttpResponse, JsonResponse, RawPostDataException
+from django.http.multipartparser import MultiPartParserError
 from django.utils.cache import add_never_cache_headers
 
 from delayjobs.api import SPEC_FIELDS
@@ -27,12 +28,14 @@ from delayjobs.http.auth import authenticate
 from delayjobs.http.errors import ApiError
 from delayjobs.http.fields import FieldError, parse_query
 from delayjobs.http.handlers import BULK_SCHEDULE, SCHEDULE, Call, Reply
-from delayjobs.http.openapi import Operation
+from delayjobs.http.openapi import Operation, describe_permissions
 from delayjobs.models import jobs_database
 
 JSON_CONTENT_TYPE = "application/json"
 #: "specs[3]: ..." in schedule_many()'s messages is "jobs[3]" in the bulk request.
 SPEC_INDEX = re.compile(r"^specs\[(\d+)\]: ")
+#: deadlock_detected and serialization_failure: the transaction was rolled back whole.
+RETRYABLE_SQLSTATES = frozenset({"40P01", "40001"})
 #: The argument an InvalidJob message is about: its first word ("key must be ...").
 FIRST_WORD = re.compile(r"^(?:The )?(\w+)")
 
@@ -48,6 +51,9 @@ class Endpoint:
     #: Django's CSRF middleware leaves these requests alone: authentication checks CSRF
     #: itself, for session requests only (API keys are not sent by browsers on their own).
     csrf_exempt = True
+    #: Django's LoginRequiredMiddleware leaves them alone too: a key request has no
+    #: session, and authentication answers 401 in JSON, not a redirect to a login page.
+    login_required = False
 
     def __init__(self, operations: Sequence[Operation]) -> None:
         self.operations = {operation.method: operation for operation in operations}
@@ -61,6 +67,12 @@ class Endpoint:
             response = self._respond(request, path)
         except ApiError as exc:
             response = exc.response()
+        except RequestDataTooBig:  # while the CSRF check parsed a form body
+            response = ApiError("too_large", "The body is over Django's size limits.").response()
+        except (SuspiciousOperation, BadRequest, MultiPartParserError) as exc:
+            # Django refusing to parse the query or a form body (too many fields, a broken
+            # multipart body): a JSON 400 too, never Django's HTML page.
+            response = ApiError("invalid", f"The request could not be read: {exc}").response()
         # Job state changes by the millisecond and depends on who asks: never cache it.
         add_never_cache_headers(response)
         return response
@@ -77,13 +89,14 @@ class Endpoint:
                 headers={"Allow": self.allowed},
             )
         user = api_key = None
-        if operation.permission is not None:
+        needed = operation.permissions()
+        if needed:
             identity = authenticate(request)
             user, api_key = identity.user, identity.api_key
-            if not user.has_perm(operation.permission):
+            if not user.has_perms(needed):
                 raise ApiError(
                     "permission_denied",
-                    f"This operation needs the permission {operation.permission}.",
+                    f"This operation needs {describe_permissions(needed)}.",
                 )
         call = Call(
             request,
@@ -105,6 +118,7 @@ class NotFound:
     APPEND_SLASH redirect, which would turn a POST into a GET without its body)."""
 
     csrf_exempt = True
+    login_required = False
 
     def __call__(self, request: HttpRequest, **path: Any) -> HttpResponse:
         response = ApiError(
@@ -123,6 +137,17 @@ def run(operation: Operation, call: Call) -> Reply:
         # One transaction: an operation refused half-way leaves nothing behind.
         with transaction.atomic(using=jobs_database()):
             return operation.handler(call)
+    except OperationalError as exc:
+        # Two requests locking the same keys in opposite orders (bulk, replace): PostgreSQL
+        # rolls one back. Nothing of it was written, and sent again it will pass.
+        if getattr(exc.__cause__, "sqlstate", None) not in RETRYABLE_SQLSTATES:
+            raise
+        raise ApiError(
+            "try_again",
+            "A concurrent request held the same jobs and the database rolled this one "
+            "back to break the deadlock; nothing was changed. Send it again.",
+            headers={"Retry-After": "1"},
+        ) from exc
     except DelayJobsError as exc:
         scheduling = operation.body in (SCHEDULE, BULK_SCHEDULE)
         raise api_error(exc, can_view=call.can_view, scheduling=scheduling) from exc
@@ -201,6 +226,10 @@ def _raw_body(request: HttpRequest, operation: Operation) -> bytes:
         raw = request.body
     except RequestDataTooBig:  # over DATA_UPLOAD_MAX_MEMORY_SIZE, Django's own limit
         raise too_large from None
+    except RawPostDataException:
+        # The session's CSRF check parsed a multipart form body, and with it the stream.
+        _require_json(request)
+        raise
     if len(raw) > limit:
         raise too_large
     return raw
