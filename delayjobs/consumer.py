@@ -155,7 +155,7 @@ class Consumer(DatabaseMode, TimeOuts):
         # which decides how many jobs an idle thread is given at once (see PREFETCH).
         self._average_run: float | None = None
         self._stuck: set[Running] = set()  # timed out, their threads still busy
-        # When the main loop looks for time-outs next, at the latest; see _set_deadline.
+        # When the main loop looks for time-outs next, at the latest; see _start_clock.
         # Awake, it may next sleep as long as it ever does.
         self._longest_sleep = max(
             settings.IDLE_TIMEOUT, settings.DATABASE_POLL_INTERVAL
@@ -529,11 +529,12 @@ class Consumer(DatabaseMode, TimeOuts):
                 running.thread_id = threading.get_ident()
                 timed_out = running.timed_out
                 self._busy += 1
+                if not timed_out:
+                    self._start_clock(running)
             if timed_out:  # before it even started: its time-out is recorded, do not run it
                 return
             wait_until(due_ns(job))  # claimed up to CLAIM_AHEAD early: never start early
             began = time.monotonic()
-            self._set_deadline(running, began)
             if self.executor == "celery":
                 outcome = celery_executor.dispatch(job, self.worker_id)
                 if outcome is None:  # published: a Celery worker runs and records it
@@ -580,15 +581,17 @@ class Consumer(DatabaseMode, TimeOuts):
         finally:
             self._release(running, timed_out)
 
-    def _set_deadline(self, running: Running, began: float) -> None:
-        """Start ``running``'s time_to_run now, as its thread starts it; wake the main loop
-        if that deadline comes before it would next look for time-outs."""
-        with self._cond:
-            running.began_at = timezone.now()
-            running.deadline = began + time_to_run_of(running.job).total_seconds()
-            if running.deadline < self._next_timeout_check:
-                self._wake_seq += 1
-                self._cond.notify_all()
+    def _start_clock(self, running: Running) -> None:
+        """Start ``running``'s time_to_run as its thread takes it (lock held): from now, or
+        from its run_at if it was claimed early (its thread waits until then). Wake the
+        main loop if that deadline comes before it would next look for time-outs."""
+        job = running.job
+        early = max(due_ns(job) - time.time_ns(), 0) / 1e9
+        running.began_at = job.run_at if early else timezone.now()
+        running.deadline = time.monotonic() + early + time_to_run_of(job).total_seconds()
+        if running.deadline < self._next_timeout_check:
+            self._wake_seq += 1
+            self._cond.notify_all()
 
     def _release(self, running: Running, timed_out: bool) -> None:
         """Give back the slots of an execution whose thread is done with it."""
