@@ -156,10 +156,12 @@ class Consumer(DatabaseMode, TimeOuts):
         self._average_run: float | None = None
         self._stuck: set[Running] = set()  # timed out, their threads still busy
         # When the main loop looks for time-outs next, at the latest; see _start_clock.
-        # Awake, it may next sleep as long as it ever does.
+        # Awake, it may next sleep as long as it ever does (ERROR_BACKOFF after a failure).
         self._longest_sleep = max(
-            settings.IDLE_TIMEOUT, settings.DATABASE_POLL_INTERVAL
-        ).total_seconds()
+            settings.IDLE_TIMEOUT.total_seconds(),
+            settings.DATABASE_POLL_INTERVAL.total_seconds(),
+            ERROR_BACKOFF,
+        )
         self._next_timeout_check = float("inf")
         self._slots = Slots(
             self.concurrency * PREFETCH,
