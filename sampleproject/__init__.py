@@ -1,6 +1,11 @@
 """A sample project using delayjobs: meetings (reminders, start, end, room requests), orders."""
 
-# Loaded with Django, so that @shared_task functions bind to this app (Celery's pattern).
-from sampleproject.celery import app as celery_app
+import importlib.util
 
-__all__ = ["celery_app"]
+# Celery's pattern: load the Celery app with Django, so that @shared_task functions bind to
+# it. Celery is optional here (the `celery` extra): the demo and the local executor run
+# without it, and `run_delay_consumer --executor celery` says so when it is missing.
+if importlib.util.find_spec("celery") is not None:
+    from sampleproject.celery import app as celery_app
+
+    __all__ = ["celery_app"]

@@ -1,7 +1,9 @@
 """The demo: an embedded Redis, a fresh SQLite database, seeded jobs, a consumer running them.
 
 Run it through ``sampleproject/demo.sh`` (which prepares a virtualenv), or directly:
-``python sampleproject/demo.py [--seconds N]``. Set REDIS_URL to use your own Redis.
+``python sampleproject/demo.py [--seconds N | --forever] [--check]``. It stops by itself
+after DEFAULT_SECONDS, once everything it seeded has fired. Set REDIS_URL to use your own
+Redis.
 
 Plain subprocesses and no Django setup here: every Django step is a manage.py command, so
 this process only orchestrates and always gets to stop the Redis server it started.
@@ -26,16 +28,31 @@ DATABASE = DEMO_DIR / "demo.sqlite3"
 ORDER_PAYMENT_TIMEOUT_SECONDS = "40"
 #: How long a stopping consumer may take to finish its running jobs.
 SHUTDOWN_TIMEOUT = 30.0
+#: Long enough for every seeded job to fire (the last is due about 55 s after the seed).
+DEFAULT_SECONDS = 75.0
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
+    duration = parser.add_mutually_exclusive_group()
+    duration.add_argument(
         "--seconds",
-        type=float,
-        default=None,
-        help="stop the consumer after this many seconds (default: run until Ctrl-C); "
-        "everything seeded has fired after about 60",
+        type=positive_seconds,
+        default=DEFAULT_SECONDS,
+        help=f"stop the consumer after this many seconds (default: {DEFAULT_SECONDS:g}; "
+        "everything seeded has fired after about 60)",
+    )
+    duration.add_argument(
+        "--forever",
+        action="store_const",
+        const=None,
+        dest="seconds",
+        help="keep the consumer running until Ctrl-C",
+    )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="exit with status 1 unless every job due during the run succeeded on time (for CI)",
     )
     args = parser.parse_args(argv)
     # Ctrl-C and SIGTERM both end in the finally blocks that stop the consumer and Redis
@@ -49,13 +66,20 @@ def main(argv: list[str] | None = None) -> int:
             manage(env, "migrate", "--verbosity", "0")
             manage(env, "seed_demo")
             run_consumer(env, args.seconds)
-            manage(env, "demo_summary")
+            manage(env, "demo_summary", *(["--check"] if args.check else []))
     except KeyboardInterrupt:
         return 130
     except subprocess.CalledProcessError as exc:
         print(f"demo: {' '.join(exc.cmd[1:])} failed with exit status {exc.returncode}")
         return 1
     return 0
+
+
+def positive_seconds(value: str) -> float:
+    seconds = float(value)
+    if not 0 < seconds < float("inf"):
+        raise argparse.ArgumentTypeError(f"{value!r} is not a positive number of seconds")
+    return seconds
 
 
 def _raise_keyboard_interrupt(signum: int, frame: FrameType | None) -> None:
@@ -110,8 +134,13 @@ def manage(env: dict[str, str], *command: str) -> None:
 
 def run_consumer(env: dict[str, str], seconds: float | None) -> None:
     """Run the consumer until ``seconds`` pass or Ctrl-C, then stop it gracefully (SIGTERM)."""
-    until = f"for {seconds:g} s" if seconds is not None else "until Ctrl-C"
-    print(f"demo: running the consumer {until}\n")
+    if seconds is None:
+        print("demo: running the consumer until Ctrl-C\n")
+    else:
+        print(
+            f"demo: running the consumer for {seconds:g} s, then stopping by itself "
+            "(--seconds N to change it, --forever to keep it running; Ctrl-C stops it)\n"
+        )
     consumer = subprocess.Popen(
         [sys.executable, "manage.py", "run_delay_consumer", "-v", "1"],
         cwd=ROOT,

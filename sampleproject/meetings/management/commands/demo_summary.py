@@ -7,12 +7,22 @@ from collections import defaultdict
 from datetime import timedelta
 from typing import Any
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db.models import Count
+from django.utils import timezone
 
-from delayjobs.models import DelayedJob, JobAttempt
+from delayjobs.models import DelayedJob, JobAttempt, JobStatus
 from sampleproject.meetings.models import Meeting, Reminder, RoomRequest
 from sampleproject.orders.models import Order
+
+#: --check: a job started this late or later did not run "on time" (the demo's jobs start
+#: within a few milliseconds; a whole second means something waited for a poll or a pass).
+ON_TIME = timedelta(seconds=1)
+#: --check judges jobs due at least this long before the summary: a job due in the last
+#: moments before the consumer stopped may rightly be unfinished.
+SETTLED = timedelta(seconds=2)
+#: --check: the end states of the demo's jobs (the paid order's close job is cancelled).
+EXPECTED_END_STATES = {JobStatus.SUCCEEDED, JobStatus.CANCELLED}
 
 
 def ms(delta: timedelta) -> float:
@@ -22,9 +32,40 @@ def ms(delta: timedelta) -> float:
 class Command(BaseCommand):
     help = "Summarize the demo from the database: jobs, attempts and their lateness, outcomes."
 
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--check",
+            action="store_true",
+            help="Fail unless every job due before now ended as expected and started on time "
+            f"(lateness from 0 to {ON_TIME.total_seconds():g} s).",
+        )
+
     def handle(self, *args: Any, **options: Any) -> None:
         self._jobs()
         self._business_state()
+        if options["check"]:
+            self._check()
+
+    def _check(self) -> None:
+        """Raise CommandError naming each job that did not end as expected, on time."""
+        due = DelayedJob.objects.filter(run_at__lte=timezone.now() - SETTLED).order_by("pk")
+        problems = [
+            f"job {job.pk} ({job.job_type}) ended {job.status}"
+            for job in due
+            if job.status not in EXPECTED_END_STATES
+        ]
+        attempts = JobAttempt.objects.filter(job__in=due).order_by("pk")
+        problems += [
+            f"job {a.job_id} attempt {a.number} started {ms(a.lateness):.1f} ms after its due time"
+            for a in attempts
+            if not timedelta(0) <= a.lateness < ON_TIME
+        ]
+        succeeded = due.filter(status=JobStatus.SUCCEEDED).count()
+        if not succeeded:
+            problems.append("no job succeeded")
+        if problems:
+            raise CommandError("Demo check failed: " + "; ".join(problems))
+        self.stdout.write(f"\nDemo check passed: {succeeded} jobs succeeded on time.")
 
     def _jobs(self) -> None:
         counts = DelayedJob.objects.values_list("status").annotate(n=Count("id")).order_by("status")
