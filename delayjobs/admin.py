@@ -17,7 +17,7 @@ from django.contrib.admin.utils import quote
 from django.contrib.admin.views.main import ChangeList
 from django.contrib.contenttypes.admin import GenericTabularInline
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db.models import BooleanField, Case, Q, QuerySet, TextField, Value, When
+from django.db.models import BooleanField, Case, Model, Q, QuerySet, TextField, Value, When
 from django.db.models.functions import Cast
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
@@ -30,6 +30,7 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from delayjobs import api, pauses
+from delayjobs.display import format_duration, format_precise_time, format_time
 from delayjobs.exceptions import DelayJobsError, InvalidJob
 from delayjobs.jobtypes import registry
 from delayjobs.models import (
@@ -57,10 +58,10 @@ BADGE_STYLE = (
     "display: inline-block; padding: 1px 6px; border-radius: 8px; color: #fff; "
     "font-size: 0.85em; white-space: nowrap; background: {}"
 )
-#: Statuses whose started_at belongs to the current run_at (a scheduled job's started_at
-#: is its previous attempt's, before a retry moved run_at).
-STARTED_STATUSES = (
-    JobStatus.RUNNING,
+#: Statuses whose started_at (the execution start, written with the outcome) belongs to
+#: the current run_at: a scheduled job's is its previous attempt's, before a retry moved
+#: run_at, and a running job's is written when the run ends.
+FINISHED_STARTED_STATUSES = (
     JobStatus.SUCCEEDED,
     JobStatus.FAILED,
     JobStatus.SKIPPED,
@@ -94,29 +95,33 @@ def status_badge(status: str, *, paused: bool = False) -> str:
     return badge
 
 
-def format_duration(duration: timedelta) -> str:
-    """A short, readable length of time: 1.8 ms, 3.2 s, 12 min, 5 h, 3 d."""
-    seconds = duration.total_seconds()
-    sign = "-" if seconds < 0 else ""
-    seconds = abs(seconds)
-    if seconds < 1:
-        return f"{sign}{seconds * 1000:.1f} ms"
-    if seconds < 60:
-        return f"{sign}{seconds:.1f} s"
-    if seconds < 3600:
-        return f"{sign}{seconds // 60:.0f} min"
-    if seconds < 86400:
-        return f"{sign}{seconds // 3600:.0f} h"
-    return f"{sign}{seconds // 86400:.0f} d"
-
-
 def job_lateness(job: DelayedJob, now: datetime) -> str:
-    """started_at - run_at of a started job; how overdue a scheduled job is; else "-"."""
-    if job.status in STARTED_STATUSES and job.started_at is not None:
+    """Execution start - run_at of a job that ran; how overdue a scheduled job is; else "-".
+
+    A running job started at its run_at or, if claimed late, at its claim: a consumer
+    claims a job up to CLAIM_AHEAD early and starts it at its run_at, never before.
+    """
+    if job.status in FINISHED_STARTED_STATUSES and job.started_at is not None:
         return format_duration(job.started_at - job.run_at)
+    if job.status == JobStatus.RUNNING and job.claimed_at is not None:
+        return format_duration(max(job.claimed_at - job.run_at, timedelta(0)))
     if job.status == JobStatus.SCHEDULED and job.run_at < now:
         return gettext("due %(duration)s ago") % {"duration": format_duration(now - job.run_at)}
     return "-"
+
+
+def moment_column(
+    model: type[Model], field: str, *, precise: bool = False
+) -> Callable[[Any, Any], str]:
+    """An admin column (or read-only field) showing a moment field in the current time zone:
+    to the second in lists, to the millisecond (``precise``) on one job's page."""
+    show = format_precise_time if precise else format_time
+
+    @admin.display(description=model._meta.get_field(field).verbose_name, ordering=field)
+    def column(model_admin: Any, obj: Any) -> str:
+        return show(getattr(obj, field))
+
+    return column
 
 
 def utc_iso(moment: datetime) -> str:
@@ -204,14 +209,20 @@ class JobAttemptInline(ReadOnlyMixin, admin.TabularInline):
     fields = (
         "number",
         "outcome",
-        "started_at",
-        "finished_at",
-        "lateness",
+        "started",
+        "finished",
+        "lateness_shown",
         "worker_id",
         "error",
         "formatted_traceback",
     )
     readonly_fields = fields
+    started = moment_column(JobAttempt, "started_at", precise=True)
+    finished = moment_column(JobAttempt, "finished_at", precise=True)
+
+    @admin.display(description=_("lateness"))
+    def lateness_shown(self, attempt: JobAttempt) -> str:
+        return format_duration(attempt.lateness)
 
     @admin.display(description=_("traceback"))
     def formatted_traceback(self, attempt: JobAttempt) -> str:
@@ -310,7 +321,7 @@ class DelayedJobAdmin(ReadOnlyMixin, admin.ModelAdmin):
         "status_display",
         "job_type",
         "queue",
-        "run_at",
+        "due",
         "lateness",
         "attempts",
         "key",
@@ -333,7 +344,7 @@ class DelayedJobAdmin(ReadOnlyMixin, admin.ModelAdmin):
     fieldsets = (
         (
             None,
-            {"fields": ("job_type", "queue", "status_display", "run_at", "key", "linked_object")},
+            {"fields": ("job_type", "queue", "status_display", "due_at", "key", "linked_object")},
         ),
         (
             _("Execution"),
@@ -341,17 +352,18 @@ class DelayedJobAdmin(ReadOnlyMixin, admin.ModelAdmin):
                 "fields": (
                     "attempts",
                     "max_attempts",
-                    "started_at",
-                    "finished_at",
+                    "claimed",
+                    "started",
+                    "finished",
                     "lateness",
                     "worker_id",
-                    "lease_expires_at",
+                    "lease_expires",
                     "last_error",
                 )
             },
         ),
         (_("Payload"), {"fields": ("formatted_payload",)}),
-        (_("Tracing"), {"fields": ("created_at", "trace_id")}),
+        (_("Tracing"), {"fields": ("created", "trace_id")}),
     )
     # Everything is shown, nothing is edited: state changes go through the actions.
     readonly_fields = tuple(name for _title, options in fieldsets for name in options["fields"])
@@ -374,6 +386,14 @@ class DelayedJobAdmin(ReadOnlyMixin, admin.ModelAdmin):
         return super().changelist_view(request, extra_context=context)
 
     # Columns -----------------------------------------------------------------------
+
+    due = moment_column(DelayedJob, "run_at")
+    due_at = moment_column(DelayedJob, "run_at", precise=True)
+    claimed = moment_column(DelayedJob, "claimed_at", precise=True)
+    started = moment_column(DelayedJob, "started_at", precise=True)
+    finished = moment_column(DelayedJob, "finished_at", precise=True)
+    lease_expires = moment_column(DelayedJob, "lease_expires_at", precise=True)
+    created = moment_column(DelayedJob, "created_at", precise=True)
 
     @admin.display(description=_("status"), ordering="status")
     def status_display(self, job: DelayedJob) -> str:
@@ -626,9 +646,10 @@ class DelayedJobInline(GenericTabularInline):
     max_num = 0
     can_delete = False
     ordering = ("-created_at", "-id")
-    fields = ("job", "job_type", "status_display", "run_at", "lateness", "attempts", "key")
+    fields = ("job", "job_type", "status_display", "due", "lateness", "attempts", "key")
     readonly_fields = fields
     verbose_name = _("delayed job")
+    due = moment_column(DelayedJob, "run_at")
     verbose_name_plural = _("delayed jobs")
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
@@ -743,8 +764,8 @@ class ConsumerAdmin(ReadOnlyMixin, admin.ModelAdmin):
         "pid",
         "queues",
         "concurrency",
-        "started_at",
-        "last_seen",
+        "started",
+        "seen",
         "heartbeat_age",
         "processed",
         "database_mode",
@@ -752,6 +773,8 @@ class ConsumerAdmin(ReadOnlyMixin, admin.ModelAdmin):
     list_filter = ("hostname", "database_mode")
     search_fields = ("worker_id", "hostname")
     actions = None
+    started = moment_column(Consumer, "started_at")
+    seen = moment_column(Consumer, "last_seen")
 
     @admin.display(description=_("last heartbeat"), ordering="last_seen")
     def heartbeat_age(self, consumer: Consumer) -> str:

@@ -75,10 +75,10 @@ def dispatch(job: DelayedJob, claimed_by: str) -> Outcome | None:
     """
     from delayjobs.tasks import execute  # Celery is imported only by this executor
 
-    assert job.started_at is not None  # set by the claim, which it fences
+    assert job.claimed_at is not None  # set by the claim, which it fences
     try:
         execute.apply_async(
-            args=[job.pk, job.attempts, claimed_by, job.started_at.isoformat()],
+            args=[job.pk, job.attempts, claimed_by, job.claimed_at.isoformat()],
             # Past its lease the claim is void anyway: a stale message is not worth running.
             expires=time_to_run_of(job).total_seconds(),
         )

@@ -18,7 +18,7 @@ from django.template.response import TemplateResponse
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
-from delayjobs import stats
+from delayjobs import display, stats
 from delayjobs.models import JobStatus
 
 TEMPLATE = "delayjobs/dashboard.html"
@@ -152,11 +152,11 @@ def dashboard_view(request: HttpRequest, model_admin: ModelAdmin[Any]) -> Templa
             for name, counts in figures.by_job_type.items()
         ],
         "lateness": [
-            (label, stats.format_duration(value)) for label, value in figures.lateness.figures()
+            (label, display.format_duration(value)) for label, value in figures.lateness.figures()
         ],
-        "overdue_late": stats.format_duration(
+        "overdue_late": display.format_duration(
             figures.oldest_overdue.late if figures.oldest_overdue else None
         ),
-        "live_within": stats.format_duration(stats.LIVE_WITHIN),
+        "live_within": display.format_duration(stats.LIVE_WITHIN),
     }
     return TemplateResponse(request, TEMPLATE, context)

@@ -1,7 +1,8 @@
 """Job types: the strategy classes that say what a job does, and the registry of them.
 
 A job names its job type; the consumer looks the type up here by that name and nowhere
-else. Nothing is ever imported from a path stored in a row (DESIGN invariant 8).
+else. Nothing is ever imported from a path stored in a row (invariant 8 of
+docs/explanation/design.md).
 """
 
 from __future__ import annotations

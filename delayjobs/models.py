@@ -134,7 +134,21 @@ class DelayedJob(models.Model):
     worker_id = models.CharField(_("worker"), max_length=255, blank=True, default="")
     last_error = models.TextField(_("last error"), blank=True, default="")
     created_at = models.DateTimeField(_("created at"), default=timezone.now)
-    started_at = models.DateTimeField(_("started at"), null=True, blank=True)
+    # Two times, because a consumer claims a job up to CLAIM_AHEAD before its run_at and
+    # starts it at run_at: the claim fences this run's outcome (a consumer whose claim was
+    # taken over writes nothing), the start is what lateness is measured from.
+    claimed_at = models.DateTimeField(
+        _("claimed at"),
+        null=True,
+        blank=True,
+        help_text=_("When a consumer claimed the current or latest run."),
+    )
+    started_at = models.DateTimeField(
+        _("started at"),
+        null=True,
+        blank=True,
+        help_text=_("When the latest attempt began to execute (written with its outcome)."),
+    )
     finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
     trace_id = models.CharField(_("trace id"), max_length=64, default=new_trace_id)
     # The domain object the job is about (schedule(..., obj=instance)), if any: shown on
@@ -264,7 +278,9 @@ class JobAttempt(models.Model):
     )
     number = models.PositiveIntegerField(_("attempt"))
     worker_id = models.CharField(_("worker"), max_length=255, blank=True, default="")
-    started_at = models.DateTimeField(_("started at"))
+    started_at = models.DateTimeField(
+        _("started at"), help_text=_("When this attempt began to execute.")
+    )
     finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
     outcome = models.CharField(_("outcome"), max_length=16, choices=AttemptOutcome.choices)
     error = models.TextField(_("error"), blank=True, default="")

@@ -343,10 +343,13 @@ def _consumers(now: datetime) -> tuple[list[LiveConsumer], list[RunningJob]]:
     running: dict[str, list[RunningJob]] = defaultdict(list)
     rows = (
         DelayedJob.objects.filter(status=JobStatus.RUNNING)
-        .order_by("started_at", "id")
-        .values("id", "job_type", "queue", "worker_id", "started_at", "lease_expires_at")
+        .order_by("claimed_at", "id")
+        .values("id", "job_type", "queue", "worker_id", "claimed_at", "lease_expires_at")
     )
     for row in rows[:RUNNING_LIMIT]:
+        # A running job's execution start is written with its outcome: its claim, a few
+        # milliseconds earlier at most, tells since when it runs.
+        row["started_at"] = row.pop("claimed_at")
         running[row["worker_id"]].append(RunningJob(**row))
     consumers = [
         LiveConsumer(**consumer, running=running.pop(consumer["worker_id"], []))
@@ -357,35 +360,6 @@ def _consumers(now: datetime) -> tuple[list[LiveConsumer], list[RunningJob]]:
         key=lambda job: (job.started_at or now, job.id),
     )
     return consumers, elsewhere
-
-
-def format_duration(value: timedelta | None) -> str:
-    """A duration as people read it: "0.9 ms", "3.2 s", "4 min 5 s", "2 h 3 min", "3 d 4 h"."""
-    if value is None:
-        return "-"
-    seconds = value.total_seconds()
-    sign, seconds = ("-", -seconds) if seconds < 0 else ("", seconds)
-    if seconds < 1:
-        text = f"{seconds * 1000:.1f} ms"
-    elif seconds < 60:
-        text = f"{seconds:.1f} s"
-    else:
-        whole = int(seconds)
-        units = [("d", 86400), ("h", 3600), ("min", 60), ("s", 1)]
-        parts = []
-        for name, size in units:
-            count, whole = divmod(whole, size)
-            if count or parts:
-                parts.append(f"{count} {name}")
-        text = " ".join(parts[:2])  # the two largest units are precise enough
-    return sign + text
-
-
-def format_time(moment: datetime | None) -> str:
-    """A moment in the current time zone, to the second: "2025-01-31 14:05:09+00:00"."""
-    if moment is None:
-        return "-"
-    return timezone.localtime(moment).isoformat(sep=" ", timespec="seconds")
 
 
 def format_clock(moment: datetime) -> str:

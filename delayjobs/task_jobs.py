@@ -318,7 +318,7 @@ def current_run(job: DelayedJob, history: Sequence[JobAttempt], status: str) -> 
     recording when. A run numbers its attempts from 1 up and its rows are newer than any
     older run's, so from the newest row back: rows numbered at most ``job.attempts`` down
     to the newest numbered 1. One exception: a running job's newest row numbered
-    ``job.attempts`` that started before the claim (``job.started_at``) is an older run's,
+    ``job.attempts`` that started before the claim (``job.claimed_at``) is an older run's,
     as the current attempt's row starts after it: the current run has no row yet.
     """
     run: list[JobAttempt] = []
@@ -330,8 +330,8 @@ def current_run(job: DelayedJob, history: Sequence[JobAttempt], status: str) -> 
             not run
             and status == JobStatus.RUNNING
             and attempt.number == job.attempts
-            and job.started_at is not None
-            and attempt.started_at < job.started_at
+            and job.claimed_at is not None
+            and attempt.started_at < job.claimed_at
         ):
             break
         run.append(attempt)
@@ -358,8 +358,8 @@ def build_result(
     if status == JobStatus.RUNNING and not any(a.number == job.attempts for a in history):
         # The attempt in progress has no row yet: its claim stands for it.
         worker_ids.append(job.worker_id)
-        if job.started_at is not None:
-            starts.append(job.started_at)
+        if job.claimed_at is not None:
+            starts.append(job.claimed_at)
     errors = [error for attempt in history if (error := attempt_error(attempt))]
     if status == JobStatus.CANCELLED:
         errors.append(
@@ -422,7 +422,8 @@ def safe_class_path(path: str) -> bool:
     its module is in ``sys.modules`` and defines the class in its namespace.
 
     ``TaskError.exception_class`` calls ``import_string``; a path read from a row must not
-    make it import a module (DESIGN invariant 8). The namespace is read directly, so not
+    make it import a module (invariant 8 of docs/explanation/design.md). The namespace is
+    read directly, so not
     even a module's ``__getattr__`` runs.
     """
     if not isinstance(path, str) or not _DOTTED_PATH.match(path) or "." not in path:

@@ -2,7 +2,8 @@
 
 Each transition is a conditional ``UPDATE ... WHERE status = <expected>`` whose row count
 says whether it happened, so two processes racing for the same job cannot both win
-(DESIGN invariant 3). Transitions out of ``running`` are also fenced on the attempt
+(invariant 3 of docs/explanation/design.md). Transitions out of ``running`` are also
+fenced on the attempt
 number and worker, so a consumer whose lease expired cannot overwrite the outcome of the
 attempt that replaced it.
 """
@@ -115,7 +116,7 @@ def _claim_skipping_locked(
             {c["status"]} = %s,
             {c["attempts"]} = {table}.{c["attempts"]} + 1,
             {c["worker_id"]} = %s,
-            {c["started_at"]} = %s,
+            {c["claimed_at"]} = %s,
             {c["finished_at"]} = NULL,
             {c["lease_expires_at"]} = {lease}
         FROM locked
@@ -144,7 +145,7 @@ _CLAIM_COLUMNS = (
     "status",
     "attempts",
     "worker_id",
-    "started_at",
+    "claimed_at",
     "finished_at",
     "lease_expires_at",
     "job_type",
@@ -173,7 +174,7 @@ def _claim_with_update(
         "status": JobStatus.RUNNING,
         "attempts": F("attempts") + 1,
         "worker_id": worker_id,
-        "started_at": now,
+        "claimed_at": now,
         "finished_at": None,
         "lease_expires_at": Case(
             *[When(job_type=name, then=Value(now + ttl)) for name, ttl in leases.items()],
@@ -189,7 +190,7 @@ def _claim_with_update(
     # No RETURNING: the claim's token (worker and ``now``) finds exactly the rows won.
     return list(
         DelayedJob.objects.filter(
-            pk__in=ids, status=JobStatus.RUNNING, worker_id=worker_id, started_at=now
+            pk__in=ids, status=JobStatus.RUNNING, worker_id=worker_id, claimed_at=now
         )
     )
 
@@ -295,9 +296,9 @@ def still_claimed(jobs: Sequence[DelayedJob], *, worker_id: str) -> set[int]:
         return set()
     claimed = DelayedJob.objects.filter(
         pk__in=[job.pk for job in jobs], status=JobStatus.RUNNING, worker_id=worker_id
-    ).values_list("pk", "attempts", "started_at")
-    claims = {(job.pk, job.attempts, job.started_at) for job in jobs}
-    return {pk for pk, attempts, started_at in claimed if (pk, attempts, started_at) in claims}
+    ).values_list("pk", "attempts", "claimed_at")
+    claims = {(job.pk, job.attempts, job.claimed_at) for job in jobs}
+    return {pk for pk, attempts, claimed_at in claimed if (pk, attempts, claimed_at) in claims}
 
 
 def take_over(
@@ -322,7 +323,7 @@ def take_over(
         status=JobStatus.RUNNING,
         attempts=attempt,
         worker_id=claimed_by,
-        started_at=claimed_at,
+        claimed_at=claimed_at,
     ).update(worker_id=worker_id, lease_expires_at=now + lease)
     if not changed:
         return None
@@ -382,7 +383,7 @@ def record_outcome_if_held(outcome: Outcome) -> list[IndexEntry] | None:
     job = outcome.job
     with transaction.atomic(using=jobs_database()):
         held = (
-            _running([job.pk], job.attempts, outcome.worker_id, job.started_at)
+            _running([job.pk], job.attempts, outcome.worker_id, job.claimed_at)
             .select_for_update()
             .exists()
         )
@@ -401,15 +402,16 @@ def record_outcomes(outcomes: Sequence[Outcome]) -> list[IndexEntry]:
     with transaction.atomic(using=jobs_database()):
         # Clean ends without a result are the common case: one UPDATE per claim they came
         # from and status they end in.
-        ends: dict[tuple[str, int, datetime | None, JobStatus], list[int]] = {}
+        ends: dict[tuple[str, int, datetime | None, JobStatus], list[Outcome]] = {}
         for outcome in outcomes:
             job = outcome.job
             if outcome.succeeded and outcome.result is None:
-                end = (outcome.worker_id, job.attempts, job.started_at, outcome.final_status)
-                ends.setdefault(end, []).append(job.pk)
+                end = (outcome.worker_id, job.attempts, job.claimed_at, outcome.final_status)
+                ends.setdefault(end, []).append(outcome)
             elif outcome.succeeded:
-                _running([job.pk], job.attempts, outcome.worker_id, job.started_at).update(
+                _running([job.pk], job.attempts, outcome.worker_id, job.claimed_at).update(
                     status=JobStatus.SUCCEEDED,
+                    started_at=outcome.started_at,
                     finished_at=recorded_at,
                     lease_expires_at=None,
                     result=outcome.result,
@@ -418,13 +420,26 @@ def record_outcomes(outcomes: Sequence[Outcome]) -> list[IndexEntry]:
                 retries.append(
                     index_entry(job.pk, job.queue, job.job_type, outcome.retry_at.timestamp())
                 )
-        for (worker_id, attempt, claimed_at, status), ids in ends.items():
-            _running(ids, attempt, worker_id, claimed_at).update(
-                status=status, finished_at=recorded_at, lease_expires_at=None
+        for (worker_id, attempt, claimed_at, status), ended in ends.items():
+            _running([o.job.pk for o in ended], attempt, worker_id, claimed_at).update(
+                status=status,
+                started_at=_execution_starts(ended),
+                finished_at=recorded_at,
+                lease_expires_at=None,
             )
         # The attempt happened whether or not the fence held, so it is always recorded.
         insert_attempts([_attempt_row(outcome) for outcome in outcomes], jobs_database())
     return retries
+
+
+def _execution_starts(outcomes: Sequence[Outcome]) -> Value | Case:
+    """Each job's execution start, for one UPDATE of several rows (a CASE on the pk)."""
+    if len(outcomes) == 1:
+        return Value(outcomes[0].started_at)
+    return Case(
+        *[When(pk=o.job.pk, then=Value(o.started_at)) for o in outcomes],
+        output_field=DateTimeField(),
+    )
 
 
 def _record_failure(outcome: Outcome) -> bool:
@@ -437,8 +452,8 @@ def _record_failure(outcome: Outcome) -> bool:
         }
     else:
         changes = {"status": JobStatus.FAILED, "finished_at": outcome.finished_at}
-    changed = _running([job.pk], job.attempts, outcome.worker_id, job.started_at).update(
-        last_error=outcome.error, lease_expires_at=None, **changes
+    changed = _running([job.pk], job.attempts, outcome.worker_id, job.claimed_at).update(
+        last_error=outcome.error, started_at=outcome.started_at, lease_expires_at=None, **changes
     )
     return bool(changed)
 
@@ -457,7 +472,7 @@ def _running(
         status=JobStatus.RUNNING,
         attempts=attempt,
         worker_id=worker_id,
-        started_at=claimed_at,
+        claimed_at=claimed_at,
     )
 
 
@@ -503,7 +518,7 @@ def reap_expired_leases(now: datetime, limit: int = 1000) -> list[IndexEntry]:
             )
             if not changed:
                 continue  # it finished or was renewed meanwhile
-            started_at = job.started_at or now
+            started_at = _earliest_possible_start(job, now)
             JobAttempt.objects.create(
                 job_id=job.pk,
                 number=job.attempts,
@@ -524,6 +539,14 @@ def reap_expired_leases(now: datetime, limit: int = 1000) -> list[IndexEntry]:
         if not exhausted:
             rescheduled.append(index_entry(job.pk, job.queue, job.job_type, job.run_at.timestamp()))
     return rescheduled
+
+
+def _earliest_possible_start(job: DelayedJob, now: datetime) -> datetime:
+    """When a run whose consumer vanished may have started: not before its claim, nor
+    before its run_at (a job claimed ahead starts at its run_at), so its lateness is
+    never negative; whether it started at all is unknown."""
+    claimed_at = job.claimed_at or now
+    return min(max(claimed_at, job.run_at), now)
 
 
 def cancel(jobs: QuerySet[DelayedJob]) -> list[IndexEntry]:
@@ -577,6 +600,7 @@ def retry(job: DelayedJob) -> DelayedJob:
         "status": JobStatus.SCHEDULED,
         "run_at": now,
         "attempts": 0,
+        "claimed_at": None,
         "started_at": None,
         "finished_at": None,
         "lease_expires_at": None,

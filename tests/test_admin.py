@@ -5,6 +5,7 @@ pauses, consumers, and the jobs inline on a domain object's own admin page."""
 from __future__ import annotations
 
 import re
+import zoneinfo
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -260,7 +261,7 @@ def test_changelist_rows_show_status_badges_pauses_lateness_and_objects(admin_cl
 
     assert "background: #417690" in row_html(response, overdue)  # scheduled: blue
     assert "background: #2e7d32" in row_html(response, finished)  # succeeded: green
-    assert "due 1 min ago" in row_html(response, overdue)
+    assert "due 1 min 30 s ago" in row_html(response, overdue)
     assert "1.5 s" in row_html(response, finished)  # started_at - run_at
     # Paused: scheduled jobs of the paused queue only.
     assert ">paused</span>" in row_html(response, paused_scheduled)
@@ -338,6 +339,27 @@ def test_detail_page_shows_the_payload_and_every_attempt_newest_first(admin_clie
     assert "tests.delay_jobs.ScriptedFailure: scripted failure of job on attempt 2" in content
     [inline] = response.context["inline_admin_formsets"]
     assert [attempt.number for attempt in inline.formset.queryset] == [2, 1]
+
+
+def test_times_read_to_the_millisecond_on_a_job_page_and_to_the_second_in_the_list(
+    admin_client,
+):
+    job = failed_with_history(attempts=1)
+    run_at = datetime(2026, 1, 31, 13, 5, 9, 42_500, tzinfo=UTC)
+    DelayedJob.objects.filter(pk=job.pk).update(
+        run_at=run_at,
+        claimed_at=run_at - timedelta(milliseconds=20),
+        started_at=run_at + timedelta(microseconds=412),
+    )
+    JobAttempt.objects.filter(job=job).update(lateness=timedelta(microseconds=412))
+    with timezone.override(zoneinfo.ZoneInfo("Europe/Paris")):
+        content = admin_client.get(change_url(job)).content.decode()
+        listing = row_html(admin_client.get(changelist_url()), job)
+    assert "2026-01-31 14:05:09.042 CET" in content  # run_at, in the current time zone
+    assert "2026-01-31 14:05:09.022 CET" in content  # the claim, 20 ms before
+    assert "0.4 ms" in content  # the job's lateness and its attempt's, from the start
+    assert "0:00:00.000412" not in content
+    assert "2026-01-31 14:05:09+01:00" in listing and ".042" not in listing
 
 
 def test_detail_page_is_read_only_even_for_a_superuser(admin_client):

@@ -12,6 +12,7 @@ both; Playwright cannot download its own browsers here, so it launches /usr/bin/
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -27,7 +28,8 @@ import delayjobs
 from delayjobs import pauses
 from delayjobs.models import Consumer, DelayedJob, JobStatus
 from tests.conftest import REPO_ROOT, ConsumerFactory, ConsumerProcess
-from tests.utils import wait_for
+from tests.consumers import wait_final
+from tests.utils import wait_for, wait_listening
 
 try:
     from playwright.sync_api import Browser, Page, expect, sync_playwright
@@ -226,6 +228,45 @@ def test_staff_finds_a_failed_job_reads_its_traceback_and_retries_it(
     expect(job_row(page, job)).to_contain_text("succeeded")
     job.refresh_from_db()
     assert (job.status, job.worker_id) == (JobStatus.SUCCEEDED, "browser-test-2")
+
+
+#: A lateness or duration as the admin writes it: "0.4 ms", "18 ms", "1.2 s", "3 min".
+HUMAN_DURATION = re.compile(r"^\s*\d+(\.\d)? (ms|s|min|h|d)( \d+ (s|min|h))?\s*$")
+#: A moment on a job's page: to the millisecond, in the current time zone.
+PRECISE_TIME = re.compile(r"^\s*\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} \S+\s*$")
+#: A moment in a list: to the second.
+LIST_TIME = re.compile(r"^\s*\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[+-]\d\d:\d\d\s*$")
+
+
+def test_an_on_time_job_shows_a_lateness_that_is_not_negative_and_times_to_the_millisecond(
+    page: Page, consumer_process: ConsumerFactory, redis_client
+):
+    # Claimed seconds ahead of its run_at, as every job is by CLAIM_AHEAD, then started on
+    # time: its lateness counts from the start of its execution, not from its claim.
+    env = {**CONSUMER_ENV, "DELAYJOBS_TEST_OVERRIDES": json.dumps({"CLAIM_AHEAD": 5})}
+    running = consumer_process("--worker-id", "browser-test-3", env=env)
+    wait_listening(redis_client, [running])
+    job = delayjobs.schedule("tests.scripted", run_at=timezone.now() + timedelta(seconds=1))
+    wait_final([job.pk], [running])
+    running.send_signal(signal.SIGTERM)
+    assert running.wait() == 0, running.output()
+    job.refresh_from_db()
+    assert job.status == JobStatus.SUCCEEDED and job.claimed_at < job.run_at
+    log_in(page, staff_user("viewer", "view_delayedjob", "view_jobattempt"))
+
+    page.goto(CHANGELIST)
+    expect(job_row(page, job).locator("td.field-due")).to_have_text(LIST_TIME)
+    expect(job_row(page, job).locator("td.field-lateness")).to_have_text(HUMAN_DURATION)
+
+    page.goto(f"{CHANGELIST}{job.pk}/change/")
+    lateness = page.locator(".field-lateness .readonly")
+    expect(lateness).to_have_text(HUMAN_DURATION)  # a negative one starts with "-"
+    for field in ("due_at", "claimed", "started", "finished"):
+        expect(page.locator(f".field-{field} .readonly")).to_have_text(PRECISE_TIME)
+    attempt = page.locator("td.field-lateness_shown")
+    expect(attempt).to_have_count(1)
+    expect(attempt).to_have_text(HUMAN_DURATION)  # not "0:00:00.000412"
+    expect(page.locator("td.field-started")).to_have_text(PRECISE_TIME)
 
 
 def test_view_only_staff_is_offered_no_action(page: Page):

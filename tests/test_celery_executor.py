@@ -276,13 +276,13 @@ def claimed(job: DelayedJob, worker_id: str = "consumer-a") -> DelayedJob:
 
 def test_a_task_for_a_claim_that_is_gone_does_nothing() -> None:
     job = claimed(delayjobs.schedule(SCRIPTED))
-    assert job.started_at is not None
-    claimed_at = job.started_at.isoformat()
+    assert job.claimed_at is not None
+    claimed_at = job.claimed_at.isoformat()
 
     # Another claimant, another attempt, another claim time: none of them is this claim.
     assert run_dispatched(job.pk, job.attempts, "someone-else", claimed_at, "w") == "stale"
     assert run_dispatched(job.pk, job.attempts + 1, "consumer-a", claimed_at, "w") == "stale"
-    earlier = (job.started_at - timedelta(microseconds=1)).isoformat()
+    earlier = (job.claimed_at - timedelta(microseconds=1)).isoformat()
     assert run_dispatched(job.pk, job.attempts, "consumer-a", earlier, "w") == "stale"
     assert not Execution.objects.exists()
     assert DelayedJob.objects.get(pk=job.pk).worker_id == "consumer-a"
@@ -298,9 +298,9 @@ def test_a_task_for_a_claim_that_is_gone_does_nothing() -> None:
 
 def test_a_task_for_a_deleted_job_does_nothing() -> None:
     job = claimed(delayjobs.schedule(SCRIPTED))
-    assert job.started_at is not None
+    assert job.claimed_at is not None
     DelayedJob.objects.filter(pk=job.pk).delete()
-    assert run_dispatched(job.pk, 1, "consumer-a", job.started_at.isoformat(), "w") == "gone"
+    assert run_dispatched(job.pk, 1, "consumer-a", job.claimed_at.isoformat(), "w") == "gone"
 
 
 def test_the_executor_is_checked_on_the_command_line_and_in_settings() -> None:

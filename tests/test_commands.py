@@ -13,7 +13,7 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 import delayjobs
-from delayjobs import stats
+from delayjobs import display, stats
 from delayjobs.management.commands import prune_delay_jobs
 from delayjobs.models import AttemptOutcome, DelayedJob, JobAttempt, JobStatus, Pause
 from tests.test_stats import attempt, build_known, make_job, pinned  # noqa: F401 (a fixture)
@@ -52,7 +52,7 @@ def test_status_reports_the_figures_for_people(pinned):  # noqa: F811
     overdue = known.overdue
     assert (
         f"Oldest overdue job: #{overdue.pk} tests.scripted (queue default), due "
-        f"{stats.format_time(overdue.run_at)}, 10 min 0 s late"
+        f"{display.format_time(overdue.run_at)}, 10 min late"
     ) in lines
     busiest = stats.format_clock(pinned.replace(second=0, microsecond=0) + timedelta(minutes=59))
     assert f"Due in the next hour: 7 jobs; busiest minute {busiest} with 3" in lines
@@ -62,20 +62,20 @@ def test_status_reports_the_figures_for_people(pinned):  # noqa: F811
     ) in lines
     assert any(line.endswith("failed at " + _at(pinned, 70) + ": Boom failed") for line in lines)
     assert (
-        "Lateness, last hour (100 attempts): p50 50.0 ms · p95 95.0 ms · p99 99.0 ms · max 100.0 ms"
+        "Lateness, last hour (100 attempts): p50 50 ms · p95 95 ms · p99 99 ms · max 100 ms"
     ) in lines
     assert "Live consumers: 2" in lines
     assert any(line.startswith("  w-live on host-a (pid 1234), queues default") for line in lines)
     running = known.running_live[0]
     assert (
-        f"    #{running.pk} tests.scripted since {stats.format_time(running.started_at)}" in lines
+        f"    #{running.pk} tests.scripted since {display.format_time(running.claimed_at)}" in lines
     )
     assert f"  #{known.running_dead.pk} tests.scripted on w-dead" in lines
 
 
 def _at(now: datetime, minutes_ago: int) -> str:
     """When build_known's failed attempt started ``minutes_ago`` minutes ago finished."""
-    return stats.format_time(now - timedelta(minutes=minutes_ago, microseconds=-5000))
+    return display.format_time(now - timedelta(minutes=minutes_ago, microseconds=-5000))
 
 
 def test_status_json_has_the_same_figures(pinned):  # noqa: F811

@@ -418,11 +418,14 @@ def test_a_job_claimed_ahead_starts_at_its_run_at_not_before(
     for job in jobs:
         job.refresh_from_db()
         assert job.status == JobStatus.SUCCEEDED
-        assert job.started_at < job.run_at, "the claim (the row's started_at) was not early"
+        assert job.claimed_at < job.run_at, "the claim was not early"
         assert executions[job.pk].started_at >= job.run_at, "started before it was due"
         (attempt,) = job.history.all()
         assert attempt.started_at >= job.run_at
         assert attempt.lateness >= timedelta(0)
+        # The row keeps both times: the claim, and the execution start lateness is from.
+        assert job.claimed_at < job.started_at == attempt.started_at
+        assert job.started_at - job.run_at == attempt.lateness
 
 
 def test_cancel_after_an_early_claim_says_running_and_the_job_runs(

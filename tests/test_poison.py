@@ -164,7 +164,7 @@ def test_jobs_claimed_behind_a_long_one_are_not_timed_out_while_they_wait_for_a_
     wait_for(lambda: Execution.objects.filter(job_id=long_one.pk).exists())
     claimed = DelayedJob.objects.filter(pk__in=[job.pk for job in waiting], attempts=1)
     wait_for(lambda: claimed.filter(status=JobStatus.RUNNING).count() == 5)
-    claimed_at = claimed.first().started_at
+    claimed_at = claimed.first().claimed_at
 
     # Their leases renewed 4 s past the claim: they outlived 2 s of waiting, untimed.
     def renewed() -> bool:

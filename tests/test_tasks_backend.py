@@ -345,7 +345,7 @@ def test_status_mapping_of_every_job_status() -> None:
         DelayedJob.objects.filter(pk=job.pk).update(**changes)
         return default_task_backend.get_result(result.id)
 
-    running = status_after(status=JobStatus.RUNNING, attempts=1, worker_id="w-1", started_at=now)
+    running = status_after(status=JobStatus.RUNNING, attempts=1, worker_id="w-1", claimed_at=now)
     assert running.status == TaskResultStatus.RUNNING
     assert (running.worker_ids, running.attempts, running.started_at) == (["w-1"], 1, now)
     assert running.last_attempted_at == now and running.finished_at is None
@@ -354,7 +354,7 @@ def test_status_mapping_of_every_job_status() -> None:
     assert succeeded.status == TaskResultStatus.SUCCESSFUL
     assert succeeded.return_value == {"ok": [1]} and succeeded.finished_at == now
 
-    cancelled = status_after(status=JobStatus.CANCELLED, attempts=0, started_at=None)
+    cancelled = status_after(status=JobStatus.CANCELLED, attempts=0, claimed_at=None)
     assert cancelled.status == TaskResultStatus.FAILED
     assert [e.exception_class for e in cancelled.errors] == [TaskCancelled]
     with pytest.raises(ValueError, match="failed"):
@@ -373,7 +373,7 @@ def test_status_mapping_of_every_job_status() -> None:
             outcome=outcome,
             lateness=timedelta(0),
         )
-        ended = status_after(status=status, attempts=1, started_at=now, finished_at=now)
+        ended = status_after(status=status, attempts=1, claimed_at=now, finished_at=now)
         assert ended.status == TaskResultStatus.FAILED
         assert [e.exception_class for e in ended.errors] == [stand_in]
         assert ended.worker_ids == ["w-1"]
@@ -394,7 +394,7 @@ def test_errors_of_timed_out_and_lease_expired_attempts_name_stand_in_classes() 
             error=f"{outcome} error",
             lateness=timedelta(0),
         )
-    DelayedJob.objects.filter(pk=job.pk).update(attempts=2, started_at=now + timedelta(seconds=2))
+    DelayedJob.objects.filter(pk=job.pk).update(attempts=2, claimed_at=now + timedelta(seconds=2))
     fetched = default_task_backend.get_result(result.id)
     assert fetched.status == TaskResultStatus.READY  # scheduled again for attempt 3
     assert [e.exception_class for e in fetched.errors] == [JobTimeout, TaskWorkerLost]
@@ -455,7 +455,7 @@ def claimed(result: Any, attempt: int = 1) -> DelayedJob:
     """The job as a consumer holds it once it claimed it (in memory only)."""
     job = row(result)
     job.status, job.attempts, job.worker_id = JobStatus.RUNNING, attempt, "here"
-    job.started_at = timezone.now()
+    job.claimed_at = timezone.now()
     return job
 
 
@@ -514,7 +514,7 @@ def test_after_a_retry_attempt_numbers_and_history_count_only_the_new_run() -> N
     attempt_row(job, 1, "old-1", first_run, AttemptOutcome.RETRYING)
     attempt_row(job, 2, "old-2", first_run + timedelta(minutes=1), AttemptOutcome.FAILED)
     DelayedJob.objects.filter(pk=job.pk).update(
-        status=JobStatus.FAILED, attempts=2, started_at=first_run + timedelta(minutes=1)
+        status=JobStatus.FAILED, attempts=2, claimed_at=first_run + timedelta(minutes=1)
     )
     delayjobs.retry(job.pk)
     retried = default_task_backend.get_result(result.id)
@@ -525,7 +525,7 @@ def test_after_a_retry_attempt_numbers_and_history_count_only_the_new_run() -> N
     # Its first attempt fails; the second runs with attempt number 2, not 4.
     new_run = timezone.now()
     attempt_row(job, 1, "new-1", new_run, AttemptOutcome.RETRYING)
-    DelayedJob.objects.filter(pk=job.pk).update(attempts=1, started_at=new_run)
+    DelayedJob.objects.filter(pk=job.pk).update(attempts=1, claimed_at=new_run)
     value = registry.get(TASK_JOB_TYPE).execute(claimed(result, attempt=2))
     assert value == {"id": result.id, "attempt": 2, "workers": ["new-1", "here"]}
     assert Execution.objects.get(job_id=job.pk).attempt == 2
@@ -533,7 +533,7 @@ def test_after_a_retry_attempt_numbers_and_history_count_only_the_new_run() -> N
     # Once it ends, the result reads the new run's attempts only.
     attempt_row(job, 2, "new-2", new_run + timedelta(seconds=1), AttemptOutcome.FAILED)
     DelayedJob.objects.filter(pk=job.pk).update(
-        status=JobStatus.FAILED, attempts=2, started_at=new_run + timedelta(seconds=1)
+        status=JobStatus.FAILED, attempts=2, claimed_at=new_run + timedelta(seconds=1)
     )
     ended = default_task_backend.get_result(result.id)
     assert ended.attempts == 2 and ended.worker_ids == ["new-1", "new-2"]
@@ -549,12 +549,12 @@ def test_a_retried_job_running_its_first_attempt_reports_only_that_attempt() -> 
     # It succeeded at its first attempt; retried, its new first attempt is running.
     attempt_row(job, 1, "old-1", earlier, AttemptOutcome.SUCCEEDED)
     DelayedJob.objects.filter(pk=job.pk).update(
-        status=JobStatus.SUCCEEDED, attempts=1, started_at=earlier, result=3
+        status=JobStatus.SUCCEEDED, attempts=1, claimed_at=earlier, result=3
     )
     delayjobs.retry(job.pk)
     now = timezone.now()
     DelayedJob.objects.filter(pk=job.pk).update(
-        status=JobStatus.RUNNING, attempts=1, worker_id="w-new", started_at=now
+        status=JobStatus.RUNNING, attempts=1, worker_id="w-new", claimed_at=now
     )
     running = default_task_backend.get_result(result.id)
     assert running.status == TaskResultStatus.RUNNING

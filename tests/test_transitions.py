@@ -33,7 +33,7 @@ def claim_as(worker_id: str, ids, now: datetime | None = None, **kwargs) -> list
 
 
 def outcome(job: DelayedJob, worker_id: str, **kwargs) -> Outcome:
-    started = job.started_at or timezone.now()
+    started = job.claimed_at or timezone.now()
     return Outcome(
         job=job,
         worker_id=worker_id,
@@ -55,7 +55,7 @@ def test_claim_moves_due_jobs_to_running_with_a_lease():
         assert job.status == JobStatus.RUNNING
         assert job.attempts == 1
         assert job.worker_id == "worker-a"
-        assert job.started_at == now
+        assert job.claimed_at == now
         assert job.lease_expires_at == now + LEASE
     # The returned objects carry the claimed state (the strategy reads job.attempts).
     assert {job.attempts for job in claimed} == {1}
@@ -117,7 +117,7 @@ def test_claim_token_returns_only_the_rows_this_call_won():
     t2 = t1 + timedelta(microseconds=1)
     claimed = claim_as("worker-a", [first_job.pk, second_job.pk], now=t2)
     assert [job.pk for job in claimed] == [second_job.pk]
-    assert DelayedJob.objects.get(pk=first_job.pk).started_at == t1
+    assert DelayedJob.objects.get(pk=first_job.pk).claimed_at == t1
 
 
 def test_claim_leaves_job_types_the_consumer_does_not_know():
@@ -151,7 +151,7 @@ def test_portable_claim_path(monkeypatch, returning):
     now = timezone.now()
     claimed = portable_claim("worker-a", now)
     assert sorted(job.pk for job in claimed) == sorted([first.pk, second.pk])
-    assert {(job.status, job.attempts, job.started_at) for job in claimed} == {
+    assert {(job.status, job.attempts, job.claimed_at) for job in claimed} == {
         (JobStatus.RUNNING, 1, now)
     }
     assert {job.lease_expires_at for job in claimed} == {now + LEASE}
@@ -252,7 +252,9 @@ def test_success_marks_the_job_succeeded_and_writes_an_attempt_row():
     assert attempt.outcome == AttemptOutcome.SUCCEEDED
     assert attempt.worker_id == "worker-a"
     assert attempt.error == ""
-    assert attempt.lateness == claimed.started_at - job.run_at
+    assert attempt.lateness == claimed.claimed_at - job.run_at
+    # The row keeps the execution start apart from the claim, both this attempt's.
+    assert job.started_at == claimed.claimed_at
 
 
 def test_one_batch_records_every_kind_of_end_with_one_attempt_row_each():
@@ -402,7 +404,7 @@ def test_outcome_of_an_earlier_claim_with_the_same_attempt_number_is_fenced():
     job = due_job()
     [first] = claim_as("worker-a", [job.pk], now=timezone.now())
     DelayedJob.objects.filter(pk=job.pk).update(status=JobStatus.SCHEDULED, attempts=0)
-    [second] = claim_as("worker-a", [job.pk], now=first.started_at + timedelta(seconds=1))
+    [second] = claim_as("worker-a", [job.pk], now=first.claimed_at + timedelta(seconds=1))
     assert (first.attempts, first.worker_id) == (second.attempts, second.worker_id)
     record_outcomes([outcome(first, "worker-a")])
     job.refresh_from_db()
@@ -439,7 +441,7 @@ def test_reap_returns_an_expired_job_to_scheduled_counting_the_attempt():
     assert attempt.outcome == AttemptOutcome.LEASE_EXPIRED
     assert attempt.number == 1
     assert attempt.worker_id == "worker-a"
-    assert attempt.started_at == claimed.started_at
+    assert attempt.started_at == claimed.claimed_at
     assert attempt.finished_at is None
 
 

@@ -44,6 +44,7 @@ def job_json(job: DelayedJob, history: Iterable[JobAttempt] | None = None) -> di
         "worker_id": job.worker_id,
         "lease_expires_at": iso(job.lease_expires_at),
         "created_at": iso(job.created_at),
+        "claimed_at": iso(job.claimed_at),
         "started_at": iso(job.started_at),
         "finished_at": iso(job.finished_at),
         "trace_id": job.trace_id,
@@ -92,7 +93,10 @@ ATTEMPT_SCHEMA: Schema = {
         "worker_id": {"type": "string"},
         "started_at": TIME,
         "finished_at": _nullable(TIME),
-        "lateness": {**SECONDS, "description": "Start of the attempt minus the job's run_at."},
+        "lateness": {
+            **SECONDS,
+            "description": "When the attempt began to execute minus the job's run_at.",
+        },
         "error": {"type": "string"},
         "traceback": {"type": "string"},
     },
@@ -140,7 +144,16 @@ JOB_SCHEMA: Schema = {
         "worker_id": {"type": "string"},
         "lease_expires_at": _nullable(TIME),
         "created_at": TIME,
-        "started_at": _nullable(TIME),
+        "claimed_at": {
+            **_nullable(TIME),
+            "description": "When a consumer claimed the current or latest run (up to "
+            "CLAIM_AHEAD before run_at).",
+        },
+        "started_at": {
+            **_nullable(TIME),
+            "description": "When the latest attempt began to execute, written with its "
+            "outcome (null while the first attempt runs).",
+        },
         "finished_at": _nullable(TIME),
         "trace_id": {"type": "string"},
         "object": {"$ref": "#/components/schemas/JobObject"},

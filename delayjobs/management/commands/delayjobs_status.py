@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from delayjobs import stats
+from delayjobs import display, stats
 from delayjobs.management.base import flag
 from delayjobs.models import JobStatus
 
@@ -37,7 +37,7 @@ def _dumps(data: dict[str, Any]) -> str:
 
 def report(figures: stats.Stats) -> Iterator[str]:
     """The figures as lines for people."""
-    when, at = stats.format_duration, stats.format_time
+    when, at = display.format_duration, display.format_time
     yield f"delayjobs status at {at(figures.now)}"
     yield ""
     yield "Jobs: " + " · ".join(
