@@ -1,9 +1,9 @@
 """Handing jobs to the Redis index after their rows are committed, best effort.
 
 The database write is what makes a job exist; Redis is only the timing index. So a
-failed hand-off is logged and left to the next pre-loader pass (invariants 1
-and 7 of docs/explanation/design.md),
-and nothing raised here ever reaches the code that scheduled the job.
+failed hand-off is logged and left to the next pre-loader pass (invariants 1 and 7 of
+docs/explanation/design.md), and nothing raised here ever reaches the code that
+scheduled the job.
 """
 
 from __future__ import annotations

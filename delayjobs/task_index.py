@@ -2,8 +2,8 @@
 
 A ``django.task`` job row names its task by ``Task.module_path``. That path is looked up
 here and nowhere else: it is never imported (invariant 8 of docs/explanation/design.md).
-The index is filled by
-importing only modules the project declares, as Celery's autodiscovery does:
+The index is filled by importing only modules the project declares, as Celery's
+autodiscovery does:
 
 - the ``tasks`` module of every installed app (but delayjobs' own, which holds Celery
   tasks and needs Celery),

@@ -423,8 +423,7 @@ def safe_class_path(path: str) -> bool:
 
     ``TaskError.exception_class`` calls ``import_string``; a path read from a row must not
     make it import a module (invariant 8 of docs/explanation/design.md). The namespace is
-    read directly, so not
-    even a module's ``__getattr__`` runs.
+    read directly, so not even a module's ``__getattr__`` runs.
     """
     if not isinstance(path, str) or not _DOTTED_PATH.match(path) or "." not in path:
         return False

@@ -3,9 +3,8 @@
 Each transition is a conditional ``UPDATE ... WHERE status = <expected>`` whose row count
 says whether it happened, so two processes racing for the same job cannot both win
 (invariant 3 of docs/explanation/design.md). Transitions out of ``running`` are also
-fenced on the attempt
-number and worker, so a consumer whose lease expired cannot overwrite the outcome of the
-attempt that replaced it.
+fenced on the attempt number and worker, so a consumer whose lease expired cannot
+overwrite the outcome of the attempt that replaced it.
 """
 
 from __future__ import annotations
@@ -506,11 +505,13 @@ def reap_expired_leases(now: datetime, limit: int = 1000) -> list[IndexEntry]:
             f"Lease expired at {job.lease_expires_at.isoformat()} while worker "
             f"{job.worker_id!r} ran attempt {job.attempts}; the worker probably died."
         )
+        started_at = _earliest_possible_start(job, now)
         with transaction.atomic(using=jobs_database()):
             changed = DelayedJob.objects.filter(
                 pk=job.pk, status=JobStatus.RUNNING, attempts=job.attempts, lease_expires_at__lt=now
             ).update(
                 status=JobStatus.FAILED if exhausted else JobStatus.SCHEDULED,
+                started_at=started_at,
                 finished_at=now if exhausted else None,
                 lease_expires_at=None,
                 worker_id="",
@@ -518,7 +519,6 @@ def reap_expired_leases(now: datetime, limit: int = 1000) -> list[IndexEntry]:
             )
             if not changed:
                 continue  # it finished or was renewed meanwhile
-            started_at = _earliest_possible_start(job, now)
             JobAttempt.objects.create(
                 job_id=job.pk,
                 number=job.attempts,

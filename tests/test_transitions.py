@@ -441,8 +441,21 @@ def test_reap_returns_an_expired_job_to_scheduled_counting_the_attempt():
     assert attempt.outcome == AttemptOutcome.LEASE_EXPIRED
     assert attempt.number == 1
     assert attempt.worker_id == "worker-a"
-    assert attempt.started_at == claimed.claimed_at
+    assert attempt.started_at == job.started_at == claimed.claimed_at
     assert attempt.finished_at is None
+
+
+def test_a_reaped_run_claimed_ahead_is_dated_from_its_run_at_never_earlier():
+    # Claimed ahead of its run_at, its consumer died before starting it: had it started,
+    # it would have started at run_at, so its lateness is not negative.
+    run_at = timezone.now() + timedelta(seconds=2)
+    job = due_job(run_at=run_at)
+    [claimed] = claim_as("worker-a", [job.pk], ahead=timedelta(seconds=5))
+    assert claimed.claimed_at < run_at
+    reap_expired_leases(claimed.lease_expires_at + timedelta(seconds=1))
+    [attempt] = JobAttempt.objects.filter(job=job)
+    assert attempt.started_at == run_at
+    assert attempt.lateness == timedelta(0)
 
 
 def test_reap_leaves_a_lease_that_has_not_expired():
