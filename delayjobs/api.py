@@ -24,7 +24,7 @@ from delayjobs.conf import DEFAULTS
 from delayjobs.conf import settings as conf
 from delayjobs.exceptions import DuplicateJob, InvalidJob, InvalidTransition, JobNotFound
 from delayjobs.handoff import index_on_commit, unindex_on_commit
-from delayjobs.jobtypes import QUEUE_PATTERN, JobType, registry
+from delayjobs.jobtypes import MAX_LATENESS, MIN_LATENESS, QUEUE_PATTERN, JobType, registry
 from delayjobs.models import DelayedJob, JobStatus, jobs_database
 from delayjobs.redis_store import IndexEntry, index_entry
 
@@ -32,10 +32,6 @@ KEY_MAX_LENGTH = DelayedJob._meta.get_field("key").max_length
 #: The largest value of a PositiveIntegerField on PostgreSQL (integer) and MySQL; SQLite
 #: would take more, but a row must be valid on every database.
 MAX_ATTEMPTS_LIMIT = 2**31 - 1
-#: Zero would expire every job (none starts at its exact microsecond); a year and more is
-#: no limit at all, and keeps the duration far inside every database's range.
-MIN_LATENESS = timedelta(milliseconds=1)
-MAX_LATENESS = timedelta(days=366)
 #: A NUL character as json.dumps writes it: \u0000 after an even run of backslashes (an
 #: odd run would make it a literal backslash followed by "u0000").
 ESCAPED_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")

@@ -12,6 +12,7 @@ from typing import Any
 
 from django.conf import settings as django_settings
 from django.core import checks
+from django.core.exceptions import ImproperlyConfigured
 from redis.connection import parse_url
 
 from delayjobs.conf import (
@@ -22,7 +23,7 @@ from delayjobs.conf import (
     as_timedelta,
     raw_settings,
 )
-from delayjobs.jobtypes import QUEUE_PATTERN
+from delayjobs.jobtypes import QUEUE_PATTERN, registry, validate_job_type_class
 from delayjobs.redis_store import mask_url
 
 #: Upper bounds, far above any sensible value and far below what breaks: a duration is
@@ -70,6 +71,27 @@ def check_settings(
                 id="delayjobs.W001",
             )
         )
+    return messages
+
+
+@checks.register("delayjobs")
+def check_job_types(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> list[checks.Error]:
+    """Every registered job type's declaration, again: ``@register`` refuses a bad one at
+    import, but a class attribute changed afterwards (read from a setting, say) must not
+    reach a consumer, where an unbounded ``time_to_run`` overflows at the first claim."""
+    messages = []
+    for jobtype in registry:
+        try:
+            validate_job_type_class(type(jobtype))
+        except ImproperlyConfigured as exc:
+            messages.append(
+                checks.Error(
+                    str(exc),
+                    hint="Fix the job type's class attribute; the bounds keep leases and "
+                    "retries within what dates can hold.",
+                    id="delayjobs.E101",
+                )
+            )
     return messages
 
 

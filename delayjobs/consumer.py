@@ -284,8 +284,9 @@ class Consumer(DatabaseMode, TimeOuts):
         while not self._stopping:
             with self._cond:
                 seen = self._wake_seq
-            next_timeout = self._time_out_overdue()
+            next_timeout: float | None = None
             try:
+                next_timeout = self._time_out_overdue()
                 handover_wait = self._check_handed_over()
                 if handover_wait is not None:
                     next_timeout = min(next_timeout or handover_wait, handover_wait)
@@ -295,6 +296,16 @@ class Consumer(DatabaseMode, TimeOuts):
             except (DatabaseError, RedisError) as exc:
                 drop_broken_connections()
                 wait = self._failed(exc)
+            except Exception:
+                # A bug or a value nobody foresaw must not stop every job on this host:
+                # say so loudly, back off, and carry on. Only a signal stops the loop.
+                logger.exception(
+                    "Consumer %s: unexpected error in its main loop; retrying in %g s.",
+                    self.worker_id,
+                    ERROR_BACKOFF,
+                )
+                drop_broken_connections()
+                wait = ERROR_BACKOFF
             if wait is None:  # burst mode and nothing left to do
                 return
             if next_timeout is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import traceback
@@ -15,7 +16,7 @@ from django.utils import timezone
 from delayjobs import signals
 from delayjobs.api import storable_json
 from delayjobs.exceptions import InvalidJob, UnknownJobType
-from delayjobs.jobtypes import JobType, registry
+from delayjobs.jobtypes import MAX_RETRY_DELAY, JobType, registry
 from delayjobs.models import DelayedJob
 from delayjobs.transitions import Outcome
 
@@ -149,9 +150,9 @@ def run_claimed(job: DelayedJob, worker_id: str) -> Outcome:
         error = describe(exc)
         tb = storable(traceback.format_exc())
     except BaseException as exc:  # a job's SystemExit must not end the consumer
+        retry_at = retry_at_after(job, exc)  # first: it may add a note to the traceback
         error = describe(exc)
         tb = storable(traceback.format_exc())
-        retry_at = retry_at_after(job, exc)
     finished = timezone.now()
     log_outcome(job, started, finished, error, retry_at, skipped=skipped, expired=expired)
     close_old_connections()
@@ -207,15 +208,24 @@ def retry_at_after(job: DelayedJob, exc: BaseException) -> datetime | None:
         delay = JobType.retry_delay(jobtype, job, exc)
     if delay is None:
         return None
-    if not isinstance(delay, timedelta):
-        logger.error(
-            "%s.retry_delay() returned %r, not a timedelta or None; not retrying job %s.",
-            jobtype.name,
-            delay,
-            job.pk,
-        )
+    if problem := _unusable_retry_delay(delay):
+        # The job fails for good, and its history says why: the note ends the traceback.
+        note = f"Not retried: {jobtype.name}.retry_delay() returned {problem}."
+        logger.error("Job %s: %s", job.pk, note)
+        with contextlib.suppress(Exception):  # an exception class may refuse attributes
+            exc.add_note(note)
         return None
     return timezone.now() + max(delay, timedelta(0))
+
+
+def _unusable_retry_delay(delay: object) -> str:
+    """What is wrong with a retry_delay() value ("" if nothing): not a timedelta, or a wait
+    so long that adding it to now overflows, or beyond any sensible retry."""
+    if not isinstance(delay, timedelta):
+        return f"{delay!r}, not a timedelta or None"
+    if delay > MAX_RETRY_DELAY:
+        return f"{delay}, more than the {MAX_RETRY_DELAY.days} days a retry may wait"
+    return ""
 
 
 def log_outcome(

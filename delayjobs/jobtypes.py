@@ -23,6 +23,20 @@ if TYPE_CHECKING:
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.:-]{1,200}$")
 QUEUE_PATTERN = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 
+# Bounds of every duration a job type declares or returns. Past them, datetime arithmetic
+# at claim or retry time overflows (timedelta.max) and takes a consumer down, so they are
+# refused where they are written: at registration and by `manage.py check`, or, for
+# retry_delay()'s value, at run time with the attempt's error saying why.
+#: Zero would expire every job (none starts at its exact microsecond); a year and more is
+#: no limit at all, and keeps the duration far inside every database's range.
+MIN_LATENESS = timedelta(milliseconds=1)
+MAX_LATENESS = timedelta(days=366)
+#: A lease further out than a week is one nobody would wait for after a crash.
+MIN_TIME_TO_RUN = timedelta(milliseconds=1)
+MAX_TIME_TO_RUN = timedelta(days=7)
+#: The longest wait before a retry (retry_delay()'s value, the backoff's base and cap).
+MAX_RETRY_DELAY = timedelta(days=366)
+
 
 class JobType:
     """Base class of a job type. Subclass it, set ``name``, implement ``execute``.
@@ -187,19 +201,30 @@ def validate_job_type_class(cls: object) -> None:
         raise ImproperlyConfigured(f"{label} must implement execute(self, job).")
     _check_optional_positive_int(cls, "max_attempts", "retry forever")
     _check_optional_positive_int(cls, "concurrency", "no limit of its own")
-    for attr in ("time_to_run", "retry_backoff_base", "retry_backoff_cap"):
-        value = getattr(cls, attr)
-        if not isinstance(value, timedelta) or value <= timedelta(0):
-            raise ImproperlyConfigured(
-                f"{label}.{attr} must be a positive timedelta; got {value!r}."
-            )
-    if cls.max_lateness is not None and (
-        not isinstance(cls.max_lateness, timedelta) or cls.max_lateness <= timedelta(0)
-    ):
+    _check_duration(cls, "time_to_run", MIN_TIME_TO_RUN, MAX_TIME_TO_RUN)
+    _check_duration(cls, "retry_backoff_base", timedelta(microseconds=1), MAX_RETRY_DELAY)
+    _check_duration(cls, "retry_backoff_cap", timedelta(microseconds=1), MAX_RETRY_DELAY)
+    if cls.max_lateness is not None:
+        _check_duration(cls, "max_lateness", MIN_LATENESS, MAX_LATENESS, none_means="no limit")
+
+
+def _check_duration(
+    cls: type[JobType], attr: str, low: timedelta, high: timedelta, none_means: str = ""
+) -> None:
+    value = getattr(cls, attr)
+    if not isinstance(value, timedelta) or not low <= value <= high:
+        alternative = f", or None ({none_means})" if none_means else ""
         raise ImproperlyConfigured(
-            f"{label}.max_lateness must be a positive timedelta or None (no limit); "
-            f"got {cls.max_lateness!r}."
+            f"{_qualified_name(cls)}.{attr} must be a timedelta from {show_duration(low)} to "
+            f"{show_duration(high)}{alternative}; got {value!r}."
         )
+
+
+def show_duration(value: timedelta) -> str:
+    """A bound as a message states it: "1 ms", "7 days"."""
+    if value.days:
+        return f"{value.days} days"
+    return f"{value.total_seconds() * 1000:g} ms"
 
 
 def _check_optional_positive_int(cls: type[JobType], attr: str, none_means: str) -> None:

@@ -253,6 +253,13 @@ def test_register_refuses_a_job_type_without_execute(clean_registry):
         ({"time_to_run": timedelta(seconds=-1)}, "time_to_run"),
         ({"retry_backoff_base": 1}, "retry_backoff_base"),
         ({"retry_backoff_cap": timedelta(0)}, "retry_backoff_cap"),
+        # Durations past any sensible bound overflow at claim or retry time.
+        ({"time_to_run": timedelta.max}, "time_to_run"),
+        ({"time_to_run": timedelta(days=8)}, "time_to_run"),
+        ({"retry_backoff_base": timedelta.max}, "retry_backoff_base"),
+        ({"retry_backoff_cap": timedelta(days=367)}, "retry_backoff_cap"),
+        ({"max_lateness": timedelta.max}, "max_lateness"),
+        ({"max_lateness": timedelta(0)}, "max_lateness"),
     ],
 )
 def test_register_refuses_a_bad_declaration_naming_the_attribute(clean_registry, attrs, attribute):
@@ -260,6 +267,26 @@ def test_register_refuses_a_bad_declaration_naming_the_attribute(clean_registry,
     with pytest.raises(ImproperlyConfigured, match=attribute):
         delayjobs.register(cls)
     assert cls.name not in registry
+
+
+def test_the_largest_bounded_durations_are_accepted(clean_registry):
+    cls = make_type(
+        name="tests.bounded",
+        time_to_run=timedelta(days=7),
+        retry_backoff_cap=timedelta(days=366),
+        max_lateness=timedelta(days=366),
+    )
+    assert delayjobs.register(cls) is cls
+
+
+def test_a_job_type_changed_after_registration_fails_the_system_check(clean_registry):
+    cls = delayjobs.register(make_type(name="tests.changed_later"))
+    cls.time_to_run = timedelta.max  # as a class attribute read from a setting might be
+    errors = [e for e in checks.run_checks() if e.id == "delayjobs.E101"]
+    assert [e.msg for e in errors] == [
+        f"{cls.__module__}.{cls.__qualname__}.time_to_run must be a timedelta from 1 ms to "
+        f"7 days; got {timedelta.max!r}."
+    ]
 
 
 def test_register_refuses_a_second_class_with_the_same_name(clean_registry):

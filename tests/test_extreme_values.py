@@ -1,0 +1,110 @@
+"""Extreme values a job type returns at run time, and surprises in a consumer's main loop:
+each ends one job (with its history saying why) or one turn, never the consumer.
+
+The consumers run in this process (``--burst``), against the test Redis and database, so
+that a test can register its own job type and see what the loop logged.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+import redis
+
+import delayjobs
+from delayjobs.consumer import Consumer
+from delayjobs.jobtypes import registry
+from delayjobs.models import DelayedJob, JobStatus
+
+QUEUE = "extreme"
+
+
+class RetriesPastTheEndOfTime(delayjobs.JobType):
+    """Fails, and asks for a retry further out than dates go: a bug in its own policy."""
+
+    name = "tests.extreme.retry_past_the_end_of_time"
+    queue = QUEUE
+
+    def execute(self, job: DelayedJob) -> None:
+        raise RuntimeError("the payment service did not answer")
+
+    def retry_delay(self, job: DelayedJob, exc: BaseException) -> timedelta:
+        return timedelta.max
+
+
+class Succeeds(delayjobs.JobType):
+    name = "tests.extreme.succeeds"
+    queue = QUEUE
+
+    def execute(self, job: DelayedJob) -> str:
+        return "done"
+
+
+@pytest.fixture
+def job_types() -> Iterator[None]:
+    for cls in (RetriesPastTheEndOfTime, Succeeds):
+        delayjobs.register(cls)
+    try:
+        yield
+    finally:
+        for cls in (RetriesPastTheEndOfTime, Succeeds):
+            registry.remove(cls.name)
+
+
+def run_burst() -> Consumer:
+    consumer = Consumer(queues=[QUEUE], burst=True, preload=False, concurrency=2)
+    assert consumer.run() == 0
+    return consumer
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_retry_delay_past_any_date_fails_the_job_saying_why_and_the_consumer_goes_on(
+    job_types: None, redis_client: redis.Redis
+) -> None:
+    bad = delayjobs.schedule(RetriesPastTheEndOfTime.name)
+    good = delayjobs.schedule(Succeeds.name)
+
+    run_burst()
+
+    bad.refresh_from_db()
+    assert bad.status == JobStatus.FAILED
+    [attempt] = bad.history.all()
+    assert attempt.outcome == "failed"
+    assert attempt.error == "RuntimeError: the payment service did not answer"
+    # Its traceback ends with why it was not retried (as an exception note).
+    assert attempt.traceback.rstrip().endswith(
+        f"Not retried: {RetriesPastTheEndOfTime.name}.retry_delay() returned "
+        f"{timedelta.max}, more than the 366 days a retry may wait."
+    )
+    assert DelayedJob.objects.get(pk=good.pk).status == JobStatus.SUCCEEDED
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_unexpected_error_in_the_main_loop_is_logged_and_the_loop_carries_on(
+    job_types: None,
+    redis_client: redis.Redis,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    job = delayjobs.schedule(Succeeds.name)
+    original = Consumer._refresh_pauses
+    calls: list[int] = []
+
+    def fails_once(self: Consumer, *args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 1:
+            raise ZeroDivisionError("a bug nobody foresaw")
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Consumer, "_refresh_pauses", fails_once)
+    with caplog.at_level(logging.ERROR, logger="delayjobs.consumer"):
+        run_burst()
+
+    assert DelayedJob.objects.get(pk=job.pk).status == JobStatus.SUCCEEDED
+    [record] = [r for r in caplog.records if "unexpected error in its main loop" in r.message]
+    assert record.exc_info is not None and record.exc_info[0] is ZeroDivisionError
+    assert len(calls) > 1
