@@ -363,6 +363,20 @@ def _utf8_length(text: str, label: str) -> int:
 
 
 def resolve_run_at(run_at: Any, delay: Any, now: datetime) -> datetime:
+    """The job's run_at from ``run_at`` or ``delay`` (or now), refused past
+    ``DELAYJOBS["MAX_SCHEDULE_AHEAD"]``."""
+    resolved = _resolve_run_at(run_at, delay, now)
+    ahead = conf.MAX_SCHEDULE_AHEAD
+    if resolved - now > ahead:
+        given = f"delay {delay}" if delay is not None else f"run_at {resolved.isoformat()}"
+        raise InvalidJob(
+            f"{given} is more than {ahead.days} days ahead, the most "
+            f"DELAYJOBS['MAX_SCHEDULE_AHEAD'] allows."
+        )
+    return resolved
+
+
+def _resolve_run_at(run_at: Any, delay: Any, now: datetime) -> datetime:
     if run_at is not None and delay is not None:
         raise InvalidJob("Give run_at or delay, not both.")
     if delay is not None:

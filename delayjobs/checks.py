@@ -20,6 +20,7 @@ from delayjobs.conf import (
     DURATION_SETTINGS,
     EXECUTORS,
     MAX_CLAIM_AHEAD,
+    MAX_SCHEDULE_AHEAD_LIMIT,
     as_timedelta,
     raw_settings,
 )
@@ -53,6 +54,7 @@ def check_settings(
     messages += _check_durations(config)
     messages += _check_scalars(config)
     messages += _check_claim_ahead(config)
+    messages += _check_schedule_ahead(config)
     messages += _check_limits(config)
     if not getattr(django_settings, "USE_TZ", False):
         messages.append(
@@ -150,6 +152,22 @@ def _check_claim_ahead(config: dict[str, Any]) -> list[checks.CheckMessage]:
             hint="The default, 0.02 (20 ms), hides the claim's round trips; 0 claims a job "
             "only once it is due.",
             id="delayjobs.E014",
+        )
+    ]
+
+
+def _check_schedule_ahead(config: dict[str, Any]) -> list[checks.CheckMessage]:
+    raw = config.get("MAX_SCHEDULE_AHEAD", DEFAULTS["MAX_SCHEDULE_AHEAD"])
+    value = as_timedelta(raw)
+    if value is not None and timedelta(0) < value <= MAX_SCHEDULE_AHEAD_LIMIT:
+        return []
+    return [
+        checks.Error(
+            f"DELAYJOBS['MAX_SCHEDULE_AHEAD'] must be a positive number of seconds or a "
+            f"positive timedelta, at most {MAX_SCHEDULE_AHEAD_LIMIT.days} days; got {raw!r}.",
+            hint="The default, timedelta(days=36525), lets jobs be scheduled up to 100 years "
+            "ahead.",
+            id="delayjobs.E015",
         )
     ]
 

@@ -49,9 +49,15 @@ DEFAULTS: dict[str, Any] = {
     # Where consumers run the jobs they claim: "local" (their own thread pool) or
     # "celery" (a Celery task per job, run by Celery's workers; see celery_executor).
     "EXECUTOR": "local",
+    # How far ahead a job may be scheduled (a run_at, or now plus a delay). Far-future
+    # dates are mistakes (a year 9999 breaks the admin's date hierarchy) and near the end
+    # of the calendar, arithmetic on them overflows.
+    "MAX_SCHEDULE_AHEAD": timedelta(days=36525),
 }
 
 EXECUTORS = ("local", "celery")
+#: The most MAX_SCHEDULE_AHEAD may be: far enough for anything, far from the year 9999.
+MAX_SCHEDULE_AHEAD_LIMIT = timedelta(days=1000 * 366)
 #: Past this, a claimed job would wait in the consumer rather than in Redis for long.
 MAX_CLAIM_AHEAD = timedelta(seconds=5)
 
@@ -99,6 +105,10 @@ class Settings:
         if name == "CLAIM_AHEAD":
             duration = as_timedelta(value)
             valid = duration is not None and timedelta(0) <= duration <= MAX_CLAIM_AHEAD
+            return duration if valid else DEFAULTS[name]
+        if name == "MAX_SCHEDULE_AHEAD":
+            duration = as_timedelta(value)
+            valid = duration is not None and timedelta(0) < duration <= MAX_SCHEDULE_AHEAD_LIMIT
             return duration if valid else DEFAULTS[name]
         if name == "QUEUE_CONCURRENCY" and not _is_limits(value):
             return DEFAULTS[name]

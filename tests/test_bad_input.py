@@ -177,13 +177,14 @@ JSON = st.recursive(
     lambda children: st.lists(children, max_size=4) | st.dictionaries(TEXT, children, max_size=4),
     max_leaves=10,
 )
-# Aware times over the whole supported range, in zones from UTC-14 to UTC+14.
+# Aware times from the start of the calendar to well inside MAX_SCHEDULE_AHEAD (100 years
+# from now), in zones from UTC-14 to UTC+14.
 OFFSETS = st.integers(-14 * 60, 14 * 60).map(lambda minutes: tz(timedelta(minutes=minutes)))
 RUN_AT = st.datetimes(
-    min_value=datetime(1, 1, 2), max_value=datetime(9999, 12, 30), timezones=OFFSETS
-) | st.sampled_from([datetime.min.replace(tzinfo=UTC), datetime.max.replace(tzinfo=UTC)])
-# From about year 110 to year 9960, counted from now.
-DELAY = st.timedeltas(min_value=-timedelta(days=700_000), max_value=timedelta(days=2_900_000))
+    min_value=datetime(1, 1, 2), max_value=datetime(2120, 12, 30), timezones=OFFSETS
+) | st.just(datetime.min.replace(tzinfo=UTC))
+# From about year 110 to 98 years from now.
+DELAY = st.timedeltas(min_value=-timedelta(days=700_000), max_value=timedelta(days=36_000))
 FRESH_KEY = TEXT.filter(bool).map(lambda text: f"fresh:{text}"[:KEY_MAX_LENGTH])
 QUEUE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,100}")
 QUEUE = st.from_regex(QUEUE_NAME, fullmatch=True)
@@ -260,6 +261,14 @@ BAD_RUN_AT: list[Refusal] = [
     (not_a(datetime, type(None)), InvalidJob, "run_at must be an aware datetime"),
     (st.datetimes(), InvalidJob, "run_at must be timezone-aware"),
     (beyond_the_calendar(1) | beyond_the_calendar(-1), InvalidJob, "outside the supported dates"),
+    (
+        st.datetimes(min_value=datetime(2200, 1, 1), max_value=datetime(9999, 12, 30)).map(
+            lambda moment: moment.replace(tzinfo=UTC)
+        )
+        | st.just(datetime.max.replace(tzinfo=UTC)),
+        InvalidJob,
+        "DELAYJOBS['MAX_SCHEDULE_AHEAD']",
+    ),
 ]
 BAD_DELAY: list[Refusal] = [
     (not_a(timedelta, type(None)), InvalidJob, "delay must be a datetime.timedelta"),
@@ -268,6 +277,11 @@ BAD_DELAY: list[Refusal] = [
         | st.timedeltas(max_value=-timedelta(days=800_000)),
         InvalidJob,
         "outside the supported dates",
+    ),
+    (
+        st.timedeltas(min_value=timedelta(days=36_600), max_value=timedelta(days=2_900_000)),
+        InvalidJob,
+        "DELAYJOBS['MAX_SCHEDULE_AHEAD']",
     ),
 ]
 BAD_KEY: list[Refusal] = [

@@ -346,6 +346,12 @@ def test_e014_bad_claim_ahead(delayjobs_settings, value):
     assert ids(check_settings()) == ["delayjobs.E014"]
 
 
+@pytest.mark.parametrize("value", [0, -1, "100y", timedelta.max, timedelta(days=366_001)])
+def test_e015_bad_max_schedule_ahead(delayjobs_settings, value):
+    delayjobs_settings(MAX_SCHEDULE_AHEAD=value)
+    assert ids(check_settings()) == ["delayjobs.E015"]
+
+
 @pytest.mark.parametrize("value", [0, 0.05, timedelta(milliseconds=20)])
 def test_claim_ahead_may_be_zero_or_a_timedelta(delayjobs_settings, value):
     delayjobs_settings(CLAIM_AHEAD=value)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -108,3 +108,28 @@ def test_an_unexpected_error_in_the_main_loop_is_logged_and_the_loop_carries_on(
     [record] = [r for r in caplog.records if "unexpected error in its main loop" in r.message]
     assert record.exc_info is not None and record.exc_info[0] is ZeroDivisionError
     assert len(calls) > 1
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "when",
+    [
+        {"run_at": datetime(9999, 12, 31, tzinfo=UTC)},
+        {"delay": timedelta(days=36526)},
+        {"delay": timedelta(days=999_999)},
+    ],
+)
+def test_a_job_further_ahead_than_max_schedule_ahead_is_refused(when: dict[str, Any]) -> None:
+    with pytest.raises(delayjobs.InvalidJob, match=r"MAX_SCHEDULE_AHEAD"):
+        delayjobs.schedule("tests.scripted", **when)
+    with pytest.raises(delayjobs.InvalidJob, match=r"MAX_SCHEDULE_AHEAD"):
+        delayjobs.schedule_many([{"job_type": "tests.scripted", **when}])
+    assert not DelayedJob.objects.exists()
+
+
+@pytest.mark.django_db
+def test_max_schedule_ahead_is_a_setting(settings: Any) -> None:
+    settings.DELAYJOBS = {**settings.DELAYJOBS, "MAX_SCHEDULE_AHEAD": timedelta(days=1)}
+    assert delayjobs.schedule("tests.scripted", delay=timedelta(hours=23)).pk
+    with pytest.raises(delayjobs.InvalidJob, match="more than 1 days ahead"):
+        delayjobs.schedule("tests.scripted", delay=timedelta(hours=25))

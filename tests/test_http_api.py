@@ -1956,3 +1956,10 @@ def test_a_job_scheduled_over_http_runs_in_a_consumer_and_shows_succeeded(
     assert [(a["number"], a["outcome"], a["worker_id"]) for a in data["history"]] == [
         (1, "succeeded", "http-e2e")
     ]
+
+
+def test_a_run_at_past_max_schedule_ahead_is_a_400_and_writes_nothing(api: Api) -> None:
+    # Year 9999 used to be stored, then broke the admin's date hierarchy.
+    response = api.post("jobs/", {"job_type": "tests.scripted", "run_at": "9999-12-31T00:00:00Z"})
+    assert_error(response, 400, "invalid", "DELAYJOBS['MAX_SCHEDULE_AHEAD']")
+    assert rows() == []

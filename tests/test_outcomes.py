@@ -235,10 +235,14 @@ class TestArguments:
             delayjobs.schedule_many([{"job_type": CONDITIONAL, **arguments}])
         assert not DelayedJob.objects.exists()
 
-    @pytest.mark.parametrize("value", [timedelta(0), timedelta(seconds=-1), 60, "1m", timedelta.max])
+    @pytest.mark.parametrize(
+        "value", [timedelta(0), timedelta(seconds=-1), 60, "1m", timedelta.max]
+    )
     def test_a_job_types_bad_max_lateness_is_refused_at_declaration(self, value: object) -> None:
         bad = type("Bad", (registry.get(CONDITIONAL).__class__,), {"max_lateness": value})
-        with pytest.raises(ImproperlyConfigured, match=r"max_lateness must be a timedelta from 1 ms to 366 days"):
+        with pytest.raises(
+            ImproperlyConfigured, match=r"max_lateness must be a timedelta from 1 ms to 366 days"
+        ):
             validate_job_type_class(bad)
 
 
