@@ -97,6 +97,33 @@ def check_job_types(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> 
     return messages
 
 
+@checks.register("delayjobs", checks.Tags.urls)
+def check_http_api(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> list[checks.Warning]:
+    """The HTTP API mounted with no public job type: only keys listing job types can
+    schedule anything, which after the upgrade that made job types private is a surprise."""
+    if not _http_api_mounted() or any(jobtype.public for jobtype in registry):
+        return []
+    return [
+        checks.Warning(
+            "The HTTP API (delayjobs.http.urls) is mounted, but no job type is public: API "
+            "keys can schedule only the private job types listed on them.",
+            hint="Set public = True on the job types any key may schedule, or list them on "
+            "each key (create_delay_api_key --job-type NAME, or the key's page in the admin).",
+            id="delayjobs.W002",
+        )
+    ]
+
+
+def _http_api_mounted() -> bool:
+    from django.urls import NoReverseMatch, reverse
+
+    try:
+        reverse("delayjobs_api:not-found")
+    except NoReverseMatch:
+        return False
+    return True
+
+
 def _check_redis(config: dict[str, Any]) -> list[checks.CheckMessage]:
     url, alias = config.get("REDIS_URL"), config.get("REDIS_CACHE_ALIAS")
     if url and alias:

@@ -63,9 +63,10 @@ class JobType:
     #: instead of running (an SMS an hour late is worse than none). ``None``: no limit.
     #: ``schedule(max_lateness=...)`` overrides it for one job.
     max_lateness: ClassVar[timedelta | None] = None
-    #: Whether other services may schedule it through the HTTP API (``delayjobs.http``).
-    #: False for job types whose payload only trusted code may write (``django.task``).
-    public: ClassVar[bool] = True
+    #: Whether every API key may schedule it through the HTTP API (``delayjobs.http``).
+    #: Off by default: a key meant to add reminders must not close orders. A key may
+    #: also name private types it may schedule (``ApiKey.job_types``).
+    public: ClassVar[bool] = False
     #: Backoff of the default ``retry_delay``: ``base * 2 ** (attempt - 1)``, capped,
     #: with full jitter.
     retry_backoff_base: ClassVar[timedelta] = timedelta(seconds=2)

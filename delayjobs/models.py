@@ -390,6 +390,15 @@ class ApiKey(models.Model):
     is_active = models.BooleanField(_("active"), default=True)
     created_at = models.DateTimeField(_("created at"), default=timezone.now)
     last_used_at = models.DateTimeField(_("last used at"), null=True, blank=True)
+    job_types = models.JSONField(
+        _("job types"),
+        default=list,
+        blank=True,
+        help_text=_(
+            "Names of job types this key may schedule besides the public ones, "
+            'as a JSON list: ["reminders.send"].'
+        ),
+    )
 
     class Meta:
         verbose_name = _("API key")

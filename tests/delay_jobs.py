@@ -28,6 +28,9 @@ class Scripted(delayjobs.JobType):
     """
 
     name = "tests.scripted"
+    # Open to every API key: the HTTP API's tests schedule it (job types are private unless
+    # they say so).
+    public = True
     max_attempts = 3
     # A short lease so that a killed consumer's job comes back within seconds.
     time_to_run = timedelta(seconds=2)
@@ -52,6 +55,7 @@ class Noop(delayjobs.JobType):
 
     name = "tests.noop"
     queue = "other"
+    public = True
 
     def execute(self, job: DelayedJob) -> None:
         return None

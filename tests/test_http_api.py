@@ -1963,3 +1963,102 @@ def test_a_run_at_past_max_schedule_ahead_is_a_400_and_writes_nothing(api: Api) 
     response = api.post("jobs/", {"job_type": "tests.scripted", "run_at": "9999-12-31T00:00:00Z"})
     assert_error(response, 400, "invalid", "DELAYJOBS['MAX_SCHEDULE_AHEAD']")
     assert rows() == []
+
+
+# Job types are private by default; keys may list private ones ---------------------------
+
+
+class Undeclared(delayjobs.JobType):
+    """A job type that says nothing about the HTTP API: private, as every type by default."""
+
+    name = "tests.undeclared"
+
+    def execute(self, job: DelayedJob) -> None:
+        return None
+
+
+@pytest.fixture
+def undeclared() -> Iterator[type[Undeclared]]:
+    delayjobs.register(Undeclared)
+    try:
+        yield Undeclared
+    finally:
+        registry.remove(Undeclared.name)
+
+
+def test_a_job_type_is_private_unless_it_says_public(
+    api: Api, undeclared: type[Undeclared]
+) -> None:
+    assert Undeclared.public is False
+    response = api.post("jobs/", {"job_type": Undeclared.name})
+    assert_error(response, 400, "invalid", f"Unknown job type '{Undeclared.name}'.")
+    assert not DelayedJob.objects.exists()
+
+
+def test_a_key_listing_a_private_job_type_may_schedule_it_and_no_other_key(
+    client: Client, undeclared: type[Undeclared]
+) -> None:
+    user = make_user(*ALL_PERMISSIONS)
+    listed = Api(client, keys.create_api_key(user, "listed", [Undeclared.name])[1])
+    plain = Api(Client(), keys.create_api_key(user, "plain")[1])
+
+    assert listed.post("jobs/", {"job_type": Undeclared.name}).status_code == 201
+    assert_error(plain.post("jobs/", {"job_type": Undeclared.name}), 400, "invalid", "Unknown")
+    bulk = {"jobs": [{"job_type": SCRIPTED}, {"job_type": Undeclared.name}]}
+    assert listed.post("jobs/bulk/", bulk).status_code == 201
+    assert plain.post("jobs/bulk/", bulk).status_code == 400
+    assert DelayedJob.objects.filter(job_type=Undeclared.name).count() == 2
+
+
+def test_a_key_may_list_only_registered_job_types() -> None:
+    user = make_user()
+    with pytest.raises(ValueError, match="Unknown job types"):
+        keys.create_api_key(user, "typo", ["tests.no_such_type"])
+    with pytest.raises(CommandError, match="Unknown job types"):
+        call_command(
+            "create_delay_api_key", "--user", "service", "--name", "x", "--job-type", "nope"
+        )
+    assert not ApiKey.objects.exists()
+    call_command(
+        "create_delay_api_key",
+        "--user",
+        "service",
+        "--name",
+        "y",
+        "--job-type",
+        SCRIPTED,
+        stdout=StringIO(),
+        stderr=StringIO(),
+    )
+    assert ApiKey.objects.get().job_types == [SCRIPTED]
+
+
+def test_only_a_superuser_sets_the_job_types_of_a_key_in_the_admin(client: Client) -> None:
+    staff = make_user("add_apikey", "change_apikey", "view_apikey", username="staff")
+    staff.is_staff = True
+    staff.save()
+    client.force_login(staff)
+    response = client.post(
+        reverse("admin:delayjobs_apikey_add"),
+        {"user": staff.pk, "name": "mine", "job_types": json.dumps([SCRIPTED])},
+    )
+    assert "Only a superuser may let a key schedule private job types." in response.content.decode()
+    assert not ApiKey.objects.exists()
+
+    client.force_login(User.objects.create_superuser("root", password="x"))
+    client.post(
+        reverse("admin:delayjobs_apikey_add"),
+        {"user": staff.pk, "name": "theirs", "job_types": json.dumps([SCRIPTED])},
+    )
+    assert ApiKey.objects.get().job_types == [SCRIPTED]
+
+
+def test_w002_when_the_api_is_mounted_and_no_job_type_is_public(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from delayjobs.checks import check_http_api
+
+    assert check_http_api() == []  # tests.scripted is public
+    for jobtype in registry:
+        monkeypatch.setattr(type(jobtype), "public", False)
+    assert [message.id for message in check_http_api()] == ["delayjobs.W002"]

@@ -22,10 +22,32 @@ from django.template.response import TemplateResponse
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from delayjobs.http.keys import create_api_key
+from delayjobs.http.keys import check_job_types, create_api_key
 from delayjobs.models import ApiKey
 
-SHOWN_FIELDS = ("name", "user", "prefix", "is_active", "created_at", "last_used_at")
+SHOWN_FIELDS = (
+    "name",
+    "user",
+    "prefix",
+    "is_active",
+    "job_types",
+    "created_at",
+    "last_used_at",
+)
+
+
+def clean_key_job_types(form: forms.ModelForm, editor: Any) -> list[str]:
+    """The key's private job types, if ``editor`` may set them: a superuser only, since a
+    key with a list may schedule job types no other key can."""
+    names = form.cleaned_data.get("job_types") or []
+    if names == (form.instance.job_types or []):
+        return names
+    if not editor.is_superuser:
+        raise ValidationError(_("Only a superuser may let a key schedule private job types."))
+    try:
+        return check_job_types(names if isinstance(names, list) else [names])
+    except ValueError as exc:
+        raise ValidationError(str(exc)) from None
 
 
 class ApiKeyAddForm(forms.ModelForm):
@@ -38,7 +60,10 @@ class ApiKeyAddForm(forms.ModelForm):
 
     class Meta:
         model = ApiKey
-        fields = ("user", "name")
+        fields = ("user", "name", "job_types")
+
+    def clean_job_types(self) -> list[str]:
+        return clean_key_job_types(self, self.creator)
 
     def clean_user(self) -> Any:
         user = self.cleaned_data["user"]
@@ -52,6 +77,12 @@ class ApiKeyAddForm(forms.ModelForm):
 class OneWayRevocationForm(forms.ModelForm):
     """A key's form (on its page and in the list) that cannot re-activate a revoked key:
     once a key is revoked, its "active" box is disabled, so a posted value is ignored."""
+
+    #: Who edits the key (set by ApiKeyAdmin.get_form).
+    editor: Any = None
+
+    def clean_job_types(self) -> list[str]:
+        return clean_key_job_types(self, self.editor)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -100,7 +131,9 @@ class ApiKeyAdmin(admin.ModelAdmin):
         if obj is None:
             kwargs["form"] = type("ApiKeyAddForm", (ApiKeyAddForm,), {"creator": request.user})
         else:
-            kwargs["form"] = OneWayRevocationForm
+            kwargs["form"] = type(
+                "OneWayRevocationForm", (OneWayRevocationForm,), {"editor": request.user}
+            )
         return super().get_form(request, obj, change, **kwargs)
 
     def get_changelist_form(self, request: HttpRequest, **kwargs: Any) -> Any:
@@ -109,14 +142,16 @@ class ApiKeyAdmin(admin.ModelAdmin):
 
     def get_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> tuple[str, ...]:
         # A new key needs a user and a name; prefix and digest are drawn when it is saved.
-        return ("user", "name") if obj is None else SHOWN_FIELDS
+        return ("user", "name", "job_types") if obj is None else SHOWN_FIELDS
 
     def get_readonly_fields(
         self, request: HttpRequest, obj: ApiKey | None = None
     ) -> tuple[str, ...]:
         if obj is None:
             return ()
-        fixed = ("user", "prefix", "created_at", "last_used_at")
+        fixed: tuple[str, ...] = ("user", "prefix", "created_at", "last_used_at")
+        if not request.user.is_superuser:
+            fixed += ("job_types",)
         return fixed if obj.is_active else (*fixed, "is_active")
 
     def save_model(self, request: HttpRequest, obj: ApiKey, form: Any, change: bool) -> None:
@@ -126,7 +161,7 @@ class ApiKeyAdmin(admin.ModelAdmin):
                 obj.is_active = False
             super().save_model(request, obj, form, change)
             return
-        created, plaintext = create_api_key(obj.user, obj.name)
+        created, plaintext = create_api_key(obj.user, obj.name, obj.job_types)
         # The admin's log entry and response need the row create_api_key wrote.
         obj.pk, obj.prefix, obj.digest = created.pk, created.prefix, created.digest
         obj.created_at = created.created_at

@@ -426,7 +426,7 @@ def _prepare_schedule(
             f"replace: true moves the job already holding the key: it needs the permission "
             f"{permissions.RESCHEDULE} as well.",
         )
-    _refuse_closed_job_types(specs, bulk=bulk)
+    _refuse_closed_job_types(specs, allowed=_private_types_allowed(call), bulk=bulk)
     prepared: list[dict[str, Any]] = []
     moved: list[DelayedJob | None] = []
     for index, spec in enumerate(specs):
@@ -437,13 +437,25 @@ def _prepare_schedule(
     return prepared, moved
 
 
-def _refuse_closed_job_types(specs: Sequence[dict[str, Any]], *, bulk: bool) -> None:
-    """400 for a job type that is not registered or not ``public``, alike: the API must not
-    tell which internal job types exist, nor list any."""
+def _private_types_allowed(call: Call) -> frozenset[str]:
+    """The private job types the request's key may schedule (none for a session)."""
+    names = call.api_key.job_types if call.api_key is not None else []
+    return (
+        frozenset(name for name in names if isinstance(name, str))
+        if isinstance(names, list)
+        else frozenset()
+    )
+
+
+def _refuse_closed_job_types(
+    specs: Sequence[dict[str, Any]], *, allowed: frozenset[str], bulk: bool
+) -> None:
+    """400 for a job type that is not registered, or neither ``public`` nor on the key's
+    list, alike: the API must not tell which internal job types exist, nor list any."""
     errors: dict[str, str] = {}
     for index, spec in enumerate(specs):
         name = spec["job_type"]
-        if name not in registry or not registry.get(name).public:
+        if name not in registry or not (registry.get(name).public or name in allowed):
             errors[f"jobs[{index}].job_type" if bulk else "job_type"] = (
                 f"Unknown job type {name!r}."
             )

@@ -12,6 +12,7 @@ import hashlib
 import hmac
 import re
 import secrets
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -20,6 +21,7 @@ from django.db import IntegrityError, router, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from delayjobs.jobtypes import registry
 from delayjobs.models import ApiKey
 
 SCHEME = "dj"
@@ -86,17 +88,25 @@ def find_key(plaintext: str) -> ApiKey | None:
     return key
 
 
-def create_api_key(user: Any, name: str) -> tuple[ApiKey, str]:
-    """Create a key for ``user``; return the row and the plaintext, which is not stored."""
+def create_api_key(user: Any, name: str, job_types: Iterable[str] = ()) -> tuple[ApiKey, str]:
+    """Create a key for ``user``; return the row and the plaintext, which is not stored.
+
+    ``job_types``: private job types the key may schedule besides the public ones.
+    """
     if not isinstance(name, str) or not name.strip() or len(name) > NAME_MAX_LENGTH:
         raise ValueError(f"The key's name must be 1-{NAME_MAX_LENGTH} characters, got {name!r}.")
+    allowed = check_job_types(job_types)
     # Two keys drawing the same 48-bit prefix is unlikely, not impossible: draw again.
     for _attempt in range(3):
         material = new_key_material()
         try:
             with transaction.atomic():
                 key = ApiKey.objects.create(
-                    user=user, name=name, prefix=material.prefix, digest=material.digest
+                    user=user,
+                    name=name,
+                    prefix=material.prefix,
+                    digest=material.digest,
+                    job_types=allowed,
                 )
         except IntegrityError:
             if ApiKey.objects.filter(prefix=material.prefix).exists():
@@ -104,6 +114,19 @@ def create_api_key(user: Any, name: str) -> tuple[ApiKey, str]:
             raise
         return key, material.plaintext
     raise RuntimeError("could not draw an unused key prefix")  # pragma: no cover
+
+
+def check_job_types(names: Iterable[str]) -> list[str]:
+    """A key's list of private job types: registered names, each once, sorted."""
+    if isinstance(names, str):
+        raise ValueError(f"job_types must be a list of job type names, got the string {names!r}.")
+    names = list(names)
+    unknown = [name for name in names if not isinstance(name, str) or name not in registry]
+    if unknown:
+        raise ValueError(
+            f"Unknown job types {unknown!r}: a key may only name registered job types."
+        )
+    return sorted(set(names))
 
 
 def touch(key: ApiKey) -> None:

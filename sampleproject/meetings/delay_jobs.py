@@ -118,6 +118,9 @@ class MeetingJob(delayjobs.JobType):
 @delayjobs.register
 class RemindAttendees(MeetingJob):
     name = "meetings.remind"
+    # Other services may schedule reminders over the HTTP API (sampleproject/urls.py
+    # mounts it); closing orders, say, stays private to this project's code.
+    public = True
     statuses = frozenset({Status.SCHEDULED})
 
     @classmethod

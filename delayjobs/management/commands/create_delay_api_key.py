@@ -20,6 +20,15 @@ class Command(BaseCommand):
     def add_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument("--user", required=True, help="The username the key acts as.")
         parser.add_argument("--name", required=True, help="Who uses the key, for what.")
+        parser.add_argument(
+            "--job-type",
+            action="append",
+            dest="job_types",
+            default=[],
+            metavar="NAME",
+            help="A private job type the key may schedule besides the public ones; repeat "
+            "for several.",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         username, name = options["user"], options["name"]
@@ -31,7 +40,7 @@ class Command(BaseCommand):
         if not user.is_active:
             raise CommandError(f"User {username!r} is inactive: the API would refuse its keys.")
         try:
-            key, plaintext = create_api_key(user, name)
+            key, plaintext = create_api_key(user, name, options["job_types"])
         except ValueError as exc:
             raise CommandError(str(exc)) from None
         # The key alone on stdout, so that KEY=$(manage.py create_delay_api_key ...) works.
