@@ -383,20 +383,26 @@ class Consumer(DatabaseMode, TimeOuts):
         # under the lock is safe to spend without it.
         with self._cond:
             budget = self._slots.budget(self._claimable())
-        for name in self._lanes[first:] + self._lanes[:first]:
-            queue, job_type = split_lane(name)
-            if self._paused.covers(queue, job_type):
-                continue
-            wanted = budget.room(queue, job_type)
-            if wanted <= 0:
-                continue
-            taken, more_due = self.store.pop_due(name, now, wanted)
-            backlog = backlog or more_due
-            budget.spend(queue, job_type, len(taken))
-            for pk, score in taken:
-                popped[pk] = (name, score)
-            if budget.free <= 0:
-                break
+        try:
+            for name in self._lanes[first:] + self._lanes[:first]:
+                queue, job_type = split_lane(name)
+                if self._paused.covers(queue, job_type):
+                    continue
+                wanted = budget.room(queue, job_type)
+                if wanted <= 0:
+                    continue
+                taken, more_due = self.store.pop_due(name, now, wanted)
+                backlog = backlog or more_due
+                budget.spend(queue, job_type, len(taken))
+                for pk, score in taken:
+                    popped[pk] = (name, score)
+                if budget.free <= 0:
+                    break
+        except Exception:
+            # A later lane failed: the ids popped from the earlier ones go back now, or
+            # they would wait for the next pre-loader pass, up to a window late.
+            self._put_back(popped)
+            raise
         # Redis answered. Only then: a turn that did not ask it (waiting for slots to free
         # up in a backlog) says nothing of Redis, and must not end a streak of failures.
         self._redis_failures = 0
@@ -419,7 +425,7 @@ class Consumer(DatabaseMode, TimeOuts):
         except Exception:
             # The ids left Redis but no row was claimed: put them back, or they would wait
             # for the next pre-loader pass.
-            self.store.add((pk, name, score) for pk, (name, score) in popped.items())
+            self._put_back(popped)
             raise
         # Claimed rows run before anything else can fail: a claimed job left unstarted
         # would only come back after its lease, with an attempt spent.
@@ -431,6 +437,20 @@ class Consumer(DatabaseMode, TimeOuts):
             except DatabaseError:
                 logger.warning("Could not re-index unclaimed jobs; the pre-loader will.")
         return len(jobs)
+
+    def _put_back(self, popped: dict[int, tuple[str, float]]) -> None:
+        """Return popped ids to their lanes, best effort: if Redis refuses even that, the
+        pre-loader's next pass puts them back (the rows are the truth)."""
+        if not popped:
+            return
+        try:
+            self.store.add((pk, name, score) for pk, (name, score) in popped.items())
+        except RedisError as exc:
+            logger.warning(
+                "Could not put %d popped job(s) back into Redis (%s); the pre-loader will.",
+                len(popped),
+                exc,
+            )
 
     def _lane_room(self, name: str) -> int:
         """How many jobs may start from this lane now (call with the lock held)."""

@@ -16,7 +16,19 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.db import IntegrityError, connections, transaction
-from django.db.models import Case, DateTimeField, Exists, F, OuterRef, Q, QuerySet, Value, When
+from django.db.models import (
+    Case,
+    DateTimeField,
+    DurationField,
+    Exists,
+    F,
+    OuterRef,
+    Q,
+    QuerySet,
+    Value,
+    When,
+)
+from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from delayjobs.bulk import insert_attempts
@@ -102,10 +114,13 @@ def _claim_skipping_locked(
     pause_name = quote(Pause._meta.get_field("name").column)
     pk = quote(meta.pk.column)
     c = {name: quote(meta.get_field(name).column) for name in _CLAIM_COLUMNS}
-    lease = "%s"  # the default lease; per job type where a type has its own
+    # The lease runs from the claim or, for a job claimed ahead, from its run_at (see
+    # lease_start): the default time to run, or its type's own where it has one.
+    time_to_run = "%s::interval"
     if leases:
-        cases = " ".join("WHEN %s THEN %s" for _ in leases)
-        lease = f"CASE {table}.{c['job_type']} {cases} ELSE %s END"
+        cases = " ".join("WHEN %s THEN %s::interval" for _ in leases)
+        time_to_run = f"CASE {table}.{c['job_type']} {cases} ELSE %s::interval END"
+    lease = f"GREATEST(locked.{c['run_at']}, %s::timestamptz) + {time_to_run}"
     sql = f"""
         WITH locked AS MATERIALIZED (
             SELECT {pk}, {c["status"]}, {c["run_at"]}, {c["job_type"]}, {c["queue"]}
@@ -132,10 +147,10 @@ def _claim_skipping_locked(
     """
     # The ids as an array literal: psycopg would adapt a list in Python, item by item.
     id_array = "{" + ",".join(str(int(pk)) for pk in ids) + "}"
-    params: list[Any] = [id_array, JobStatus.RUNNING, worker_id, now]
+    params: list[Any] = [id_array, JobStatus.RUNNING, worker_id, now, now]
     for name, ttl in leases.items():
-        params += [name, now + ttl]
-    params += [now + default_lease, JobStatus.SCHEDULED, cutoff, sorted(known)]
+        params += [name, ttl]
+    params += [default_lease, JobStatus.SCHEDULED, cutoff, sorted(known)]
     params += [PauseKind.QUEUE, PauseKind.JOB_TYPE]
     return fetch_models(DelayedJob, database, sql, params, qualified=True)
 
@@ -151,6 +166,14 @@ _CLAIM_COLUMNS = (
     "run_at",
     "queue",
 )
+
+
+def lease_start(claimed_at: datetime) -> Greatest:
+    """Where a claimed job's lease starts: at the claim, or at its run_at if it was claimed
+    ahead. Its thread waits for run_at before starting it, so a lease counted from the
+    claim could expire (and the job run again elsewhere) while the first run still waits.
+    """
+    return Greatest(F("run_at"), Value(claimed_at, output_field=DateTimeField()))
 
 
 def _claim_with_update(
@@ -175,10 +198,11 @@ def _claim_with_update(
         "worker_id": worker_id,
         "claimed_at": now,
         "finished_at": None,
-        "lease_expires_at": Case(
-            *[When(job_type=name, then=Value(now + ttl)) for name, ttl in leases.items()],
-            default=Value(now + default_lease),
-            output_field=DateTimeField(),
+        "lease_expires_at": lease_start(now)
+        + Case(
+            *[When(job_type=name, then=Value(ttl)) for name, ttl in leases.items()],
+            default=Value(default_lease),
+            output_field=DurationField(),
         ),
     }
     claimed = update_returning(due, **changes)

@@ -19,6 +19,7 @@ import delayjobs
 from delayjobs.consumer import Consumer
 from delayjobs.jobtypes import registry
 from delayjobs.models import DelayedJob, JobStatus
+from delayjobs.redis_store import LANE_SEPARATOR, RedisStore, lanes
 
 QUEUE = "extreme"
 
@@ -133,3 +134,41 @@ def test_max_schedule_ahead_is_a_setting(settings: Any) -> None:
     assert delayjobs.schedule("tests.scripted", delay=timedelta(hours=23)).pk
     with pytest.raises(delayjobs.InvalidJob, match="more than 1 days ahead"):
         delayjobs.schedule("tests.scripted", delay=timedelta(hours=25))
+
+
+class FailsOnTheSecondLane(RedisStore):
+    """The real store, on the test Redis, whose second pop of a turn fails as a dropped
+    connection would."""
+
+    pops = 0
+
+    def pop_due(self, lane_name: str, now: float, limit: int) -> Any:
+        self.pops += 1
+        if self.pops == 2:
+            raise redis.ConnectionError("Connection lost in the middle of a multi-lane pop")
+        return super().pop_due(lane_name, now, limit)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_redis_error_in_a_multi_lane_pop_puts_back_what_was_popped(
+    redis_client: redis.Redis,
+) -> None:
+    # One job in the queue's own lane, one in the lane of a job type with a limit.
+    plain = delayjobs.schedule("tests.scripted")
+    limited = delayjobs.schedule("tests.limited")
+    store = FailsOnTheSecondLane()
+    before = {name: store.members(name) for name in lanes("default")}
+    assert before == {
+        "default": {plain.pk: pytest.approx(plain.run_at.timestamp())},
+        f"default{LANE_SEPARATOR}tests.limited": {
+            limited.pk: pytest.approx(limited.run_at.timestamp())
+        },
+    }
+    consumer = Consumer(queues=["default"], burst=True, preload=False, store=store)
+
+    with pytest.raises(redis.ConnectionError):
+        consumer._claim_from_redis()
+
+    assert store.pops == 2  # the first lane was popped, the second failed
+    assert {name: store.members(name) for name in lanes("default")} == before
+    assert not DelayedJob.objects.filter(status=JobStatus.RUNNING).exists()

@@ -445,6 +445,33 @@ def test_reap_returns_an_expired_job_to_scheduled_counting_the_attempt():
     assert attempt.finished_at is None
 
 
+@pytest.mark.parametrize("path", ["this database's claim", "the portable claim"])
+def test_the_lease_of_a_job_claimed_ahead_counts_from_its_run_at(path: str) -> None:
+    # Claimed 4 s ahead with a 2 s time_to_run: a lease from the claim would expire before
+    # the job may even start, and the job could run twice.
+    now = timezone.now()
+    ahead, due = due_job(run_at=now + timedelta(seconds=4)), due_job()
+    leases = {"tests.scripted": timedelta(seconds=2)}
+    if path == "the portable claim":
+        claimed = transitions._claim_with_update(
+            [ahead.pk, due.pk],
+            "worker-a",
+            now,
+            now + timedelta(seconds=5),
+            registry.names(),
+            leases,
+            LEASE,
+        )
+    else:
+        claimed = claim_as(
+            "worker-a", [ahead.pk, due.pk], now=now, leases=leases, ahead=timedelta(seconds=5)
+        )
+    stored = {job.pk: job.lease_expires_at for job in DelayedJob.objects.all()}
+    assert {job.pk: job.lease_expires_at for job in claimed} == stored
+    assert stored[ahead.pk] == ahead.run_at + timedelta(seconds=2)
+    assert stored[due.pk] == now + timedelta(seconds=2)  # due already: from the claim
+
+
 def test_a_reaped_run_claimed_ahead_is_dated_from_its_run_at_never_earlier():
     # Claimed ahead of its run_at, its consumer died before starting it: had it started,
     # it would have started at run_at, so its lateness is not negative.
