@@ -745,19 +745,25 @@ class Consumer(DatabaseMode, TimeOuts):
                     self._announce()
             except DatabaseError as exc:
                 logger.warning("Could not record the heartbeat (%s); retrying.", exc)
-            with self._cond:
-                running = [execution.job for execution in self._in_flight.values()]
-                running += [execution.job for execution, _ in self._handed_over.values()]
-            if not running:
-                continue
-            by_lease: dict[timedelta, list[int]] = defaultdict(list)
-            for job in running:
-                by_lease[time_to_run_of(job)].append(job.pk)
             try:
-                transitions.renew_leases(by_lease, worker_id=self.worker_id)
+                self._renew_leases()
             except DatabaseError as exc:
                 logger.warning("Could not renew leases (%s); retrying.", exc)
         connections.close_all()
+
+    def _renew_leases(self) -> None:
+        """Push out the leases of the jobs this consumer runs, and of those it ran whose
+        outcomes still wait in the recorder: a lease ends only once the outcome is durable."""
+        with self._cond:
+            held = [execution.job for execution in self._in_flight.values()]
+            held += [execution.job for execution, _ in self._handed_over.values()]
+        held += self._recorder.waiting_jobs()
+        if not held:
+            return
+        by_lease: dict[timedelta, set[int]] = defaultdict(set)
+        for job in held:
+            by_lease[time_to_run_of(job)].add(job.pk)
+        transitions.renew_leases(by_lease, worker_id=self.worker_id)
 
     def _announce(self) -> None:
         """Write this consumer's heartbeat row (the dashboard's list of live consumers)."""

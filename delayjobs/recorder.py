@@ -17,6 +17,7 @@ from collections.abc import Callable
 from django.db import InterfaceError, OperationalError, connections
 
 from delayjobs.db import drop_broken_connections
+from delayjobs.models import DelayedJob
 from delayjobs.redis_store import IndexEntry
 from delayjobs.transitions import Outcome, record_outcomes
 
@@ -41,6 +42,9 @@ class Recorder:
         self._on_idle = on_idle
         self._max_batch = max_batch
         self._pending = 0
+        # The jobs whose outcomes wait to be written, by the outcome: their consumer keeps
+        # renewing their leases until then (see waiting_jobs).
+        self._waiting: dict[int, Outcome] = {}
         self._stop_deadline = float("inf")
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="delayjobs-recorder", daemon=True)
@@ -54,9 +58,17 @@ class Recorder:
         with self._lock:
             return self._pending
 
+    def waiting_jobs(self) -> list[DelayedJob]:
+        """Jobs whose outcome is handed over but not durable yet. Their leases must hold
+        until it is: with a slow database, an expired lease would let another consumer run
+        the job again, and its history would contradict itself."""
+        with self._lock:
+            return [outcome.job for outcome in self._waiting.values()]
+
     def put(self, outcome: Outcome) -> None:
         with self._lock:
             self._pending += 1
+            self._waiting[id(outcome)] = outcome
         self._queue.put(outcome)
 
     def stop(self, timeout: float = 30.0) -> None:
@@ -97,6 +109,8 @@ class Recorder:
         finally:
             with self._lock:
                 self._pending -= len(batch)
+                for outcome in batch:
+                    self._waiting.pop(id(outcome), None)
             self._on_idle()
 
     def _record(self, batch: list[Outcome], stopping: bool) -> list[IndexEntry]:

@@ -14,12 +14,15 @@ from typing import Any
 
 import pytest
 import redis
+from django.utils import timezone
 
 import delayjobs
+from delayjobs import transitions
 from delayjobs.consumer import Consumer
 from delayjobs.jobtypes import registry
 from delayjobs.models import DelayedJob, JobStatus
 from delayjobs.redis_store import LANE_SEPARATOR, RedisStore, lanes
+from delayjobs.transitions import Outcome
 
 QUEUE = "extreme"
 
@@ -172,3 +175,37 @@ def test_a_redis_error_in_a_multi_lane_pop_puts_back_what_was_popped(
     assert store.pops == 2  # the first lane was popped, the second failed
     assert {name: store.members(name) for name in lanes("default")} == before
     assert not DelayedJob.objects.filter(status=JobStatus.RUNNING).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_lease_holds_until_the_outcome_waiting_in_the_recorder_is_written(
+    redis_client: redis.Redis,
+) -> None:
+    # A finished job whose outcome waits for a slow database: its lease, already short,
+    # must be renewed, or the reaper gives the job to another consumer, which runs it again.
+    job = delayjobs.schedule("tests.scripted")
+    consumer = Consumer(queues=["default"], burst=True, preload=False, worker_id="w-slow-db")
+    now = timezone.now()
+    [claimed] = transitions.claim(
+        [job.pk],
+        worker_id="w-slow-db",
+        now=now,
+        job_types=registry.names(),
+        leases={},
+        default_lease=timedelta(milliseconds=1),
+    )
+    first_lease = claimed.lease_expires_at
+    assert first_lease is not None
+    outcome = Outcome(job=claimed, worker_id="w-slow-db", started_at=now, finished_at=now)
+    consumer._recorder.put(outcome)  # its thread is not started: the write waits
+
+    consumer._renew_leases()  # what the heartbeat does, every third of a time_to_run
+
+    assert transitions.reap_expired_leases(first_lease + timedelta(seconds=1)) == []
+    assert DelayedJob.objects.get(pk=job.pk).status == JobStatus.RUNNING
+    consumer._recorder.start()
+    consumer._recorder.stop()
+    job.refresh_from_db()
+    assert job.status == JobStatus.SUCCEEDED
+    assert [a.outcome for a in job.history.all()] == ["succeeded"]
+    assert consumer._recorder.waiting_jobs() == []
