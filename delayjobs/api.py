@@ -315,9 +315,35 @@ def normalize_payload(payload: Any) -> Any:
     return storable_json(payload, "The payload")
 
 
+def nesting_depth(value: Any, limit: int) -> int:
+    """How deeply ``value`` nests lists, tuples and dicts (a scalar is 0), counted without
+    recursion and only up to ``limit + 1``, so that any value is measured safely."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, depth)
+        if deepest > limit:
+            break
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
 def storable_json(value: Any, what: str) -> Any:
     """``value`` after a JSON round trip, as a JSON column stores it; ``InvalidJob`` if it
-    cannot be stored or is over ``MAX_PAYLOAD_BYTES``. ``what`` names it in the message."""
+    cannot be stored or is over ``MAX_PAYLOAD_BYTES`` or ``MAX_PAYLOAD_DEPTH``. ``what``
+    names it in the message."""
+    depth_limit = conf.MAX_PAYLOAD_DEPTH
+    if nesting_depth(value, depth_limit) > depth_limit:
+        raise InvalidJob(
+            f"{what} nests lists and dicts more than {depth_limit} levels deep "
+            f"(DELAYJOBS['MAX_PAYLOAD_DEPTH']). Store flat data: ids and values."
+        )
     try:
         # ensure_ascii=False: the text is then what the size limit measures (its UTF-8
         # bytes), and a lone surrogate stays one, to be refused when it fails to encode.

@@ -20,6 +20,7 @@ from delayjobs.conf import (
     DURATION_SETTINGS,
     EXECUTORS,
     MAX_CLAIM_AHEAD,
+    MAX_PAYLOAD_DEPTH_LIMIT,
     MAX_SCHEDULE_AHEAD_LIMIT,
     as_timedelta,
     raw_settings,
@@ -55,6 +56,7 @@ def check_settings(
     messages += _check_scalars(config)
     messages += _check_claim_ahead(config)
     messages += _check_schedule_ahead(config)
+    messages += _check_payload_depth(config)
     messages += _check_limits(config)
     if not getattr(django_settings, "USE_TZ", False):
         messages.append(
@@ -179,6 +181,20 @@ def _check_claim_ahead(config: dict[str, Any]) -> list[checks.CheckMessage]:
             hint="The default, 0.02 (20 ms), hides the claim's round trips; 0 claims a job "
             "only once it is due.",
             id="delayjobs.E014",
+        )
+    ]
+
+
+def _check_payload_depth(config: dict[str, Any]) -> list[checks.CheckMessage]:
+    value = config.get("MAX_PAYLOAD_DEPTH", DEFAULTS["MAX_PAYLOAD_DEPTH"])
+    if _is_positive_int(value) and value <= MAX_PAYLOAD_DEPTH_LIMIT:
+        return []
+    return [
+        checks.Error(
+            f"DELAYJOBS['MAX_PAYLOAD_DEPTH'] must be an int from 1 to "
+            f"{MAX_PAYLOAD_DEPTH_LIMIT}, got {value!r}.",
+            hint="The default, 64, is deeper than any payload of ids and values needs.",
+            id="delayjobs.E016",
         )
     ]
 

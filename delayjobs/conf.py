@@ -46,6 +46,9 @@ DEFAULTS: dict[str, Any] = {
     "CLAIM_AHEAD": timedelta(milliseconds=20),
     # The largest payload accepted, in bytes of its JSON text. None: no limit.
     "MAX_PAYLOAD_BYTES": 64 * 1024,
+    # How deeply a payload (or a result) may nest lists and dicts. Deeper ones pass JSON
+    # encoding yet break what reads them back (the admin, the HTTP API) with recursion.
+    "MAX_PAYLOAD_DEPTH": 64,
     # Where consumers run the jobs they claim: "local" (their own thread pool) or
     # "celery" (a Celery task per job, run by Celery's workers; see celery_executor).
     "EXECUTOR": "local",
@@ -56,6 +59,8 @@ DEFAULTS: dict[str, Any] = {
 }
 
 EXECUTORS = ("local", "celery")
+#: The most MAX_PAYLOAD_DEPTH may be: far below Python's recursion limit of 1000.
+MAX_PAYLOAD_DEPTH_LIMIT = 200
 #: The most MAX_SCHEDULE_AHEAD may be: far enough for anything, far from the year 9999.
 MAX_SCHEDULE_AHEAD_LIMIT = timedelta(days=1000 * 366)
 #: Past this, a claimed job would wait in the consumer rather than in Redis for long.
@@ -110,6 +115,12 @@ class Settings:
             duration = as_timedelta(value)
             valid = duration is not None and timedelta(0) < duration <= MAX_SCHEDULE_AHEAD_LIMIT
             return duration if valid else DEFAULTS[name]
+        if name == "MAX_PAYLOAD_DEPTH" and not (
+            isinstance(value, int)
+            and not isinstance(value, bool)
+            and 1 <= value <= MAX_PAYLOAD_DEPTH_LIMIT
+        ):
+            return DEFAULTS[name]
         if name == "QUEUE_CONCURRENCY" and not _is_limits(value):
             return DEFAULTS[name]
         if name == "EXECUTOR" and value not in EXECUTORS:

@@ -882,3 +882,16 @@ def test_concurrent_replaces_of_one_key_all_succeed_on_one_job():
     [job] = DelayedJob.objects.all()
     assert {r.pk for r in results} == {job.pk}
     assert job.payload in [{"n": n} for n in range(4)]
+
+
+@pytest.mark.django_db
+def test_a_payload_nested_past_max_payload_depth_is_refused_before_anything_is_written() -> None:
+    deep: object = 1
+    for _ in range(65):
+        deep = {"a": deep}
+    with pytest.raises(delayjobs.InvalidJob, match=r"more than 64 levels deep"):
+        delayjobs.schedule("tests.scripted", deep)
+    with pytest.raises(delayjobs.InvalidJob, match=r"more than 64 levels deep"):
+        delayjobs.schedule_many([{"job_type": "tests.scripted", "payload": deep}])
+    assert not DelayedJob.objects.exists()
+    assert delayjobs.schedule("tests.scripted", deep["a"]).payload == deep["a"]  # 64: fine

@@ -356,3 +356,9 @@ def test_e015_bad_max_schedule_ahead(delayjobs_settings, value):
 def test_claim_ahead_may_be_zero_or_a_timedelta(delayjobs_settings, value):
     delayjobs_settings(CLAIM_AHEAD=value)
     assert check_settings() == []
+
+
+@pytest.mark.parametrize("value", [0, -1, 201, "64", True, None, 6.4])
+def test_e016_bad_max_payload_depth(delayjobs_settings, value):
+    delayjobs_settings(MAX_PAYLOAD_DEPTH=value)
+    assert ids(check_settings()) == ["delayjobs.E016"]

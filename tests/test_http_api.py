@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import logging
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -2062,3 +2063,44 @@ def test_w002_when_the_api_is_mounted_and_no_job_type_is_public(
     for jobtype in registry:
         monkeypatch.setattr(type(jobtype), "public", False)
     assert [message.id for message in check_http_api()] == ["delayjobs.W002"]
+
+
+# Depth, and errors nobody foresaw: always JSON ------------------------------------------
+
+
+def nested(depth: int) -> Any:
+    value: Any = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def test_a_payload_nested_past_max_payload_depth_is_a_400_and_writes_nothing(api: Api) -> None:
+    deep = api.post("jobs/", {"job_type": SCRIPTED, "payload": {"a": nested(64)}})
+    assert_error(deep, 400, "invalid", "DELAYJOBS['MAX_PAYLOAD_DEPTH']", payload="64 levels")
+    assert api.post("jobs/", {"job_type": SCRIPTED, "payload": nested(64)}).status_code == 201
+    assert DelayedJob.objects.count() == 1
+
+
+def test_a_body_nested_deeper_than_any_payload_may_be_is_a_json_400(api: Api) -> None:
+    for depth in (100, 900, 5000):  # 5000: deeper than the JSON parser itself goes
+        response = api.post("jobs/", raw=b"[" * depth + b"]" * depth)
+        assert response["Content-Type"] == JSON
+        assert_error(response, 400, "malformed", "levels deep" if depth < 1000 else "nested")
+    assert rows() == []
+
+
+def test_an_unexpected_error_is_a_json_500_whose_id_is_in_the_log(
+    api: Api, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(request: Any) -> Any:
+        raise ZeroDivisionError("a bug nobody foresaw")
+
+    monkeypatch.setattr("delayjobs.http.views.authenticate", broken)
+    with caplog.at_level(logging.ERROR, logger="delayjobs.http.views"):
+        response = api.get("jobs/")
+    assert (response.status_code, response["Content-Type"]) == (500, JSON)
+    body = response.json()
+    assert body["error"] == "server_error" and body["id"] in body["detail"]
+    [record] = [r for r in caplog.records if body["id"] in r.getMessage()]
+    assert record.exc_info is not None and record.exc_info[0] is ZeroDivisionError

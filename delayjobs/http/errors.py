@@ -25,6 +25,10 @@ ERRORS: dict[str, tuple[int, str]] = {
     "invalid_transition": (409, "The job's status does not allow this operation."),
     "too_large": (413, "The body is larger than the API accepts."),
     "unsupported_media_type": (415, "The body must be sent as application/json."),
+    "server_error": (
+        500,
+        "An error nobody foresaw; the body's id is in the service's log, with the details.",
+    ),
     "try_again": (
         503,
         "The database broke a deadlock with a concurrent request by rolling this one back; "

@@ -88,7 +88,7 @@ class Operation:
     def error_codes(self) -> list[str]:
         """Every error code this operation can answer with."""
         # "invalid" everywhere: unknown query parameters are refused on every operation.
-        codes = ["method_not_allowed", "invalid"]
+        codes = ["method_not_allowed", "invalid", "server_error"]
         if self.permission is not None:
             codes += ["not_authenticated", "permission_denied"]
             if self.method != "GET":
@@ -456,6 +456,10 @@ def _schemas() -> Schema:
                     "type": "object",
                     "description": "Request fields at fault (a.b, jobs[2].run_at) and why.",
                     "additionalProperties": {"type": "string"},
+                },
+                "id": {
+                    "type": "string",
+                    "description": "server_error: the id of the error in the service's log.",
                 },
                 "existing_id": {
                     "type": ["integer", "null"],

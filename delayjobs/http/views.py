@@ -4,8 +4,10 @@ operation's handler, in that order; every refusal is a JSON error and changes no
 from __future__ import annotations
 
 import json
+import logging
 import math
 import re
+import secrets
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,7 +17,8 @@ from django.http import HttpRequest, HttpResponse, JsonResponse, RawPostDataExce
 from django.http.multipartparser import MultiPartParserError
 from django.utils.cache import add_never_cache_headers
 
-from delayjobs.api import SPEC_FIELDS
+from delayjobs.api import SPEC_FIELDS, nesting_depth
+from delayjobs.conf import settings as conf
 from delayjobs.exceptions import (
     DelayJobsError,
     DuplicateJob,
@@ -73,6 +76,8 @@ class Endpoint:
             # Django refusing to parse the query or a form body (too many fields, a broken
             # multipart body): a JSON 400 too, never Django's HTML page.
             response = ApiError("invalid", f"The request could not be read: {exc}").response()
+        except Exception:
+            response = server_error(request)
         # Job state changes by the millisecond and depends on who asks: never cache it.
         add_never_cache_headers(response)
         return response
@@ -111,6 +116,25 @@ class Endpoint:
         for name, value in reply.headers.items():
             response[name] = value
         return response
+
+
+logger = logging.getLogger(__name__)
+
+#: Levels a request body adds around a payload: {"jobs": [{"payload": ...}]}.
+BODY_ENVELOPE_DEPTH = 3
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    """A JSON 500 for an error nobody foresaw, never Django's HTML page: the client gets an
+    id to quote, the log has the same id with the traceback."""
+    error_id = secrets.token_hex(6)
+    logger.exception("HTTP API error %s on %s %s", error_id, request.method, request.path)
+    return ApiError(
+        "server_error",
+        f"An unexpected error ({error_id}); nothing more is known here. Quote the id to the "
+        f"service's operators: their log has it.",
+        extra={"id": error_id},
+    ).response()
 
 
 class NotFound:
@@ -279,11 +303,18 @@ def _finite_float(text: str) -> float:
 def decode_json(raw: bytes) -> Any:
     """The JSON value of ``raw``; ApiError("malformed") for anything that is not JSON."""
     try:
-        return json.loads(
+        value = json.loads(
             raw.decode("utf-8"),
             object_pairs_hook=_refuse_duplicates,
             parse_constant=_refuse_constant,
             parse_float=_finite_float,
+        )
+        limit = conf.MAX_PAYLOAD_DEPTH + BODY_ENVELOPE_DEPTH
+        if nesting_depth(value, limit) <= limit:
+            return value
+        detail = (
+            f"The body nests lists and objects more than {limit} levels deep (a payload "
+            f"may nest {conf.MAX_PAYLOAD_DEPTH}: DELAYJOBS['MAX_PAYLOAD_DEPTH'])."
         )
     except UnicodeDecodeError:
         detail = "The body is not UTF-8 text."
