@@ -27,7 +27,7 @@ from delayjobs.conf import settings
 from delayjobs.db import drop_broken_connections
 from delayjobs.exceptions import DuplicateJob, InvalidJob
 from delayjobs.jobtypes import JobType, registry
-from delayjobs.models import DelayedJob
+from delayjobs.models import DelayedJob, JobStatus
 from delayjobs.redis_store import RedisStore, get_store, index_entry
 from delayjobs.transitions import reap_expired_leases
 
@@ -106,11 +106,25 @@ def _schedule_planned(jobtype: JobType, item: Any) -> int:
     if spec.get("replace"):
         # Planned every pass: replacing would reset the job's attempts each time.
         raise InvalidJob(f"{jobtype.name}.plan() may not yield replace=True: {spec!r}.")
+    if _cancelled_before(jobtype.name, spec):
+        return 0
     try:
         schedule(jobtype.name, **spec)
     except DuplicateJob:
         return 0
     return 1
+
+
+def _cancelled_before(job_type: str, spec: dict[str, Any]) -> bool:
+    """Whether an operator cancelled this very occurrence (its key, due at the same time):
+    the next pass must not plan it again, or cancelling a planned job could not stick. A
+    new occurrence (another time) under the same key is planned as usual."""
+    run_at = spec.get("run_at")
+    if not isinstance(run_at, datetime) or timezone.is_naive(run_at):
+        return False  # schedule() says what is wrong with it
+    return DelayedJob.objects.filter(
+        key=spec["key"], job_type=job_type, status=JobStatus.CANCELLED, run_at=run_at
+    ).exists()
 
 
 def load_window(store: RedisStore, horizon: datetime, *, only: Q | None = None) -> int:

@@ -289,6 +289,23 @@ def test_planning_twice_adds_nothing(planner):
     assert DelayedJob.objects.filter(job_type="tests.planner").count() == 2
 
 
+def test_an_occurrence_an_operator_cancelled_is_not_planned_again(planner):
+    now = timezone.now()
+    preload(now=now)
+    assert delayjobs.cancel(key="planner:1") == 1  # in the admin, say: no reminder this time
+
+    again = preload(now=now)  # the same window: the same occurrences
+    assert again.planned == 0
+    statuses = DelayedJob.objects.filter(job_type="tests.planner").values_list("key", "status")
+    assert sorted(statuses) == [("planner:1", "cancelled"), ("planner:2", "scheduled")]
+
+    later = preload(now=now + timedelta(seconds=30))  # a new occurrence of the same key
+    assert later.planned == 1
+    assert DelayedJob.objects.filter(key="planner:1", status="scheduled").get().run_at == at(
+        now + timedelta(seconds=30), 1
+    )
+
+
 def test_plan_yielding_a_job_without_a_key_is_reported_and_loading_goes_on(caplog):
     class Keyless(delayjobs.JobType):
         name = "tests.keyless-planner"
