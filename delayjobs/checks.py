@@ -123,6 +123,10 @@ def _http_api_mounted() -> bool:
         reverse("delayjobs_api:not-found")
     except NoReverseMatch:
         return False
+    except Exception:
+        # No URLconf at all (a settings module for consumers only) or a broken one, which
+        # Django's own checks report: either way, nothing of delayjobs is mounted to judge.
+        return False
     return True
 
 

@@ -2055,6 +2055,14 @@ def test_only_a_superuser_sets_the_job_types_of_a_key_in_the_admin(client: Clien
     assert ApiKey.objects.get().job_types == [SCRIPTED]
 
 
+def test_w002_is_silent_for_settings_without_any_urls(settings: Any) -> None:
+    # Consumers often run with a settings module of their own, without ROOT_URLCONF.
+    from delayjobs.checks import check_http_api
+
+    del settings.ROOT_URLCONF
+    assert check_http_api() == []
+
+
 def test_w002_when_the_api_is_mounted_and_no_job_type_is_public(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
