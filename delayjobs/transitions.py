@@ -28,6 +28,7 @@ from django.db.models import (
     Value,
     When,
 )
+from django.db.models.expressions import RawSQL
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
@@ -455,14 +456,22 @@ def record_outcomes(outcomes: Sequence[Outcome]) -> list[IndexEntry]:
     return retries
 
 
-def _execution_starts(outcomes: Sequence[Outcome]) -> Value | Case:
-    """Each job's execution start, for one UPDATE of several rows (a CASE on the pk)."""
+def _execution_starts(outcomes: Sequence[Outcome]) -> Value | RawSQL:
+    """Each job's execution start, for one UPDATE of several rows: a CASE on the pk.
+
+    Written as SQL text, not as When() expressions: compiling those costs about 0.1 ms
+    each, a tenth of a consumer's CPU per job in a backlog.
+    """
     if len(outcomes) == 1:
         return Value(outcomes[0].started_at)
-    return Case(
-        *[When(pk=o.job.pk, then=Value(o.started_at)) for o in outcomes],
-        output_field=DateTimeField(),
-    )
+    connection = connections[jobs_database()]
+    pk = connection.ops.quote_name(DelayedJob._meta.pk.column)
+    params: list[Any] = []
+    for outcome in outcomes:
+        started = connection.ops.adapt_datetimefield_value(outcome.started_at)
+        params += [int(outcome.job.pk), started]
+    cases = " ".join(["WHEN %s THEN %s"] * len(outcomes))
+    return RawSQL(f"CASE {pk} {cases} END", params, output_field=DateTimeField())
 
 
 def _record_failure(outcome: Outcome) -> bool:

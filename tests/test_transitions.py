@@ -290,6 +290,27 @@ def test_one_batch_records_every_kind_of_end_with_one_attempt_row_each():
     assert tracebacks == {ok.pk: "", also_ok.pk: "", failed.pk: "tb x", retried.pk: "tb y"}
 
 
+def test_clean_ends_written_together_keep_each_jobs_own_execution_start():
+    jobs = [due_job() for _ in range(4)]
+    now = timezone.now()
+    claimed = claim_as("worker-a", [job.pk for job in jobs], now=now)
+    starts = {job.pk: now + timedelta(milliseconds=n + 1) for n, job in enumerate(claimed)}
+    record_outcomes(
+        [
+            Outcome(
+                job=job,
+                worker_id="worker-a",
+                started_at=starts[job.pk],
+                finished_at=starts[job.pk] + timedelta(milliseconds=5),
+            )
+            for job in claimed
+        ]
+    )
+    stored = dict(DelayedJob.objects.values_list("pk", "started_at"))
+    assert stored == starts
+    assert set(DelayedJob.objects.values_list("status", flat=True)) == {JobStatus.SUCCEEDED}
+
+
 def test_failure_with_attempts_left_schedules_a_retry():
     job = due_job()
     [claimed] = claim_as("worker-a", [job.pk])
