@@ -340,6 +340,7 @@ def storable_json(value: Any, what: str) -> Any:
     names it in the message."""
     depth_limit = conf.MAX_PAYLOAD_DEPTH
     if nesting_depth(value, depth_limit) > depth_limit:
+        _refuse_circular(value, what)
         raise InvalidJob(
             f"{what} nests lists and dicts more than {depth_limit} levels deep "
             f"(DELAYJOBS['MAX_PAYLOAD_DEPTH']). Store flat data: ids and values."
@@ -366,6 +367,18 @@ def storable_json(value: Any, what: str) -> Any:
             f"(DELAYJOBS['MAX_PAYLOAD_BYTES']). Store ids, not documents."
         )
     return json.loads(text)
+
+
+def _refuse_circular(value: Any, what: str) -> None:
+    """InvalidJob saying so if ``value`` contains itself: endlessly deep, but the fix is
+    not flatter data. json finds the cycle at its second visit, long before recursing far;
+    a value merely too deep raises RecursionError or encodes, and is left to the caller."""
+    try:
+        json.dumps(value)
+    except ValueError as exc:
+        raise InvalidJob(f"{what} must be JSON-serializable: {exc} (it contains itself).") from None
+    except (RecursionError, TypeError):
+        pass
 
 
 def _payload_limit() -> int | None:
@@ -426,13 +439,14 @@ def _resolve_run_at(run_at: Any, delay: Any, now: datetime) -> datetime:
             f"Use django.utils.timezone.now() + timedelta(...) or attach a tzinfo."
         )
     try:
-        # Stored in UTC: an aware time near datetime.min or max may not exist there.
-        run_at.astimezone(UTC)
+        # In UTC: an aware time near datetime.min or max may not exist there, and
+        # PostgreSQL refuses offsets beyond ±15:59 (Python allows up to ±23:59) with a
+        # DataError that is no business of the caller's.
+        return run_at.astimezone(UTC)
     except OverflowError:
         raise InvalidJob(
             f"run_at {run_at!r} is outside the supported dates (years 1 to 9999 in UTC)."
         ) from None
-    return run_at
 
 
 def _check_key(key: Any) -> str | None:

@@ -7,6 +7,8 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
+from hypothesis import HealthCheck, settings
+
 T = TypeVar("T")
 
 
@@ -82,3 +84,16 @@ def row_locked(model: Any, pk: int) -> Iterator[None]:
     finally:
         release.set()
         holder.join(30)
+
+
+def fuzz_settings(max_examples: int) -> settings:
+    """Hypothesis settings for CI: a fixed number of examples, the same ones in every run
+    (derandomized), no example database in the working tree, no deadline (a request may
+    wait for the database), and fixtures set up once per test rather than per example."""
+    return settings(
+        max_examples=max_examples,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    )

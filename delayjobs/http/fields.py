@@ -9,6 +9,7 @@ rules of a valid job stay in ``delayjobs.api``.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -16,9 +17,14 @@ from typing import Any
 
 from django.utils import timezone
 
+from delayjobs.conf import settings as conf
 from delayjobs.http.errors import ApiError
 
 Schema = dict[str, Any]
+
+#: JSON Schema (ECMA-262) for text without NUL, which PostgreSQL cannot compare or store.
+NO_NUL = "^[^\\u0000]*$"
+TEXT_SCHEMA: Schema = {"type": "string", "pattern": NO_NUL}
 
 
 class FieldError(ValueError):
@@ -31,10 +37,16 @@ class FieldError(ValueError):
 
 @dataclass(frozen=True)
 class Kind:
-    """A JSON type: its schema, and the conversion of a decoded JSON value (or query text)."""
+    """A JSON type: its schema, and the conversion of a decoded JSON value (or query text).
 
-    schema: Schema
+    ``schema`` may be a function: a bound that depends on settings or on the time (the
+    latest run_at) is computed each time the document is built."""
+
+    schema: Schema | Callable[[], Schema]
     convert: Callable[[Any], Any]
+
+    def json_schema(self) -> Schema:
+        return self.schema() if callable(self.schema) else dict(self.schema)
 
 
 def _string(value: Any) -> str:
@@ -97,7 +109,9 @@ def seconds_between(low: timedelta, high: timedelta) -> Kind:
 
     def convert(value: Any) -> timedelta:
         delta = _seconds(value)
-        if not low <= delta <= high:
+        # The number as sent, not the timedelta rounded to microseconds: 0.0009999996 is
+        # below the documented minimum of 0.001 even though it rounds up to it.
+        if not low.total_seconds() <= value <= high.total_seconds():
             raise FieldError(f"{message}, got {number_text(value)}.")
         return delta
 
@@ -132,19 +146,58 @@ def _delay(value: Any) -> timedelta:
     return delay
 
 
+def _delay_schema() -> Schema:
+    # A longer delay is refused by schedule() (DELAYJOBS["MAX_SCHEDULE_AHEAD"]): say so.
+    return {"type": "number", "minimum": 0, "maximum": conf.MAX_SCHEDULE_AHEAD.total_seconds()}
+
+
+#: RFC 3339's date-time (what JSON Schema's "date-time" format means): seconds required,
+#: an offset required ("Z" or +hh:mm), T and Z in either case. ``{year}`` is filled in.
+RFC3339 = (
+    r"^{year}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12]\d|3[01])[Tt](?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d"
+    r"(?:\.\d+)?(?:[Zz]|[+-](?:[01]\d|2[0-3]):[0-5]\d)$"
+)
+DATE_TIME_PATTERN = re.compile(RFC3339.format(year=r"\d{4}"))
+
+
+def digits_between(low: int, high: int, width: int) -> str:
+    """A regular expression matching the numbers from ``low`` to ``high`` written with
+    ``width`` digits (leading zeros): 0002 to 2125 for the years a job may be due in."""
+    return _digit_range(str(low).zfill(width), str(high).zfill(width))
+
+
+def _digit_range(low: str, high: str) -> str:
+    if not low:
+        return ""
+    if low[0] == high[0]:
+        return low[0] + _digit_range(low[1:], high[1:])
+    rest = len(low) - 1
+    any_rest = f"\\d{{{rest}}}" if rest else ""
+    if low[1:] == "0" * rest and high[1:] == "9" * rest:
+        return f"[{low[0]}-{high[0]}]{any_rest}"
+    parts = [low[0] + _digit_range(low[1:], "9" * rest)]
+    if int(high[0]) - int(low[0]) > 1:
+        parts.append(f"[{int(low[0]) + 1}-{int(high[0]) - 1}]{any_rest}")
+    parts.append(high[0] + _digit_range("0" * rest, high[1:]))
+    return f"(?:{'|'.join(parts)})"
+
+
+def _date_time_schema() -> Schema:
+    """RFC 3339, its years bounded: from 0002 (0001 at an offset east of UTC does not
+    exist in UTC) to the last whole year within DELAYJOBS["MAX_SCHEDULE_AHEAD"]."""
+    last_year = (timezone.now() + conf.MAX_SCHEDULE_AHEAD).year - 1
+    year = digits_between(2, last_year, 4)
+    return {"type": "string", "format": "date-time", "pattern": RFC3339.format(year=year)}
+
+
 def _aware_datetime(value: Any) -> datetime:
     text = _string(value)
+    if not DATE_TIME_PATTERN.fullmatch(text):
+        raise FieldError(_not_rfc3339(text))
     try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        raise FieldError(
-            f"must be an ISO 8601 date and time with an offset "
-            f"(2030-01-15T14:30:00Z), got {text!r}."
-        ) from None
-    if timezone.is_naive(moment):
-        raise FieldError(
-            f"must carry a UTC offset ('Z' or '+02:00'): {text!r} could be any time zone."
-        )
+        moment = datetime.fromisoformat(text.upper())
+    except ValueError:  # a day the month does not have (2030-02-30)
+        raise FieldError(f"must be a date and time that exists, got {text!r}.") from None
     try:
         # Stored in UTC: 0001-01-01T00:30+01:00 is a valid text, but no time in UTC.
         moment.astimezone(UTC)
@@ -153,20 +206,67 @@ def _aware_datetime(value: Any) -> datetime:
     return moment
 
 
+def _not_rfc3339(text: str) -> str:
+    """Why ``text`` is not an RFC 3339 date-time, as specifically as can be said."""
+    if len(text) > 100:
+        return f"must be an RFC 3339 date and time, got {len(text)} characters."
+    try:
+        naive = timezone.is_naive(datetime.fromisoformat(text))
+    except ValueError:
+        naive = False
+    if naive:
+        return f"must carry a UTC offset ('Z' or '+02:00'): {text!r} could be any time zone."
+    return (
+        f"must be an RFC 3339 date and time with a UTC offset (2030-01-15T14:30:00Z), got {text!r}."
+    )
+
+
 def _anything(value: Any) -> Any:
     return value
 
 
+def payload_schemas() -> dict[str, Schema]:
+    """The component schema of a payload: any JSON value the database stores, with no NUL
+    in its strings or names. Its depth and size limits are in words and in extension
+    keywords: JSON Schema cannot count nesting but by one schema per level, and 65 levels
+    of them make tools that generate requests from the document (Schemathesis) hang."""
+    size = conf.MAX_PAYLOAD_BYTES
+    limit = f", and at most {size} bytes as JSON (DELAYJOBS['MAX_PAYLOAD_BYTES'])" if size else ""
+    itself = {"$ref": "#/components/schemas/Payload"}
+    payload: Schema = {
+        "anyOf": [
+            {"type": ["null", "boolean", "number"]},
+            TEXT_SCHEMA,
+            {"type": "array", "items": itself},
+            {
+                "type": "object",
+                "propertyNames": {"pattern": NO_NUL},
+                "additionalProperties": itself,
+            },
+        ],
+        "description": (
+            f"Any JSON value, nesting lists and objects at most {conf.MAX_PAYLOAD_DEPTH} "
+            f"levels deep (DELAYJOBS['MAX_PAYLOAD_DEPTH']), without NUL characters{limit}."
+        ),
+        "x-maxDepth": conf.MAX_PAYLOAD_DEPTH,
+    }
+    if size:
+        payload["x-maxBytes"] = size
+    return {"Payload": payload}
+
+
 STRING = Kind({"type": "string"}, _string)
 #: A string used in a database lookup.
-TEXT = Kind({"type": "string"}, _text)
+TEXT = Kind(TEXT_SCHEMA, _text)
 BOOLEAN = Kind({"type": "boolean"}, _boolean)
 INTEGER = Kind({"type": "integer"}, _integer)
 SECONDS = Kind({"type": "number", "minimum": 0}, _seconds)
 #: Seconds from now until a job is due.
-DELAY = Kind({"type": "number", "minimum": 0}, _delay)
-DATETIME = Kind({"type": "string", "format": "date-time"}, _aware_datetime)
+DELAY = Kind(_delay_schema, _delay)
+DATETIME = Kind(_date_time_schema, _aware_datetime)
 ANY_JSON = Kind({}, _anything)
+#: A job's payload: checked by schedule() (size, depth, NUL); the document says how.
+PAYLOAD = Kind({"$ref": "#/components/schemas/Payload"}, _anything)
 
 
 def _json_type(value: Any) -> str:
@@ -199,7 +299,7 @@ class Field:
     schema_extra: Schema = field(default_factory=dict)
 
     def schema(self) -> Schema:
-        schema = {**self.kind.schema, **self.schema_extra, "description": self.description}
+        schema = {**self.kind.json_schema(), **self.schema_extra, "description": self.description}
         if self.nullable and "type" in schema:
             schema["type"] = [schema["type"], "null"]
         return schema
@@ -224,6 +324,8 @@ class Body:
     #: A rule across fields, run on the converted values once each field is valid:
     #: returns {field: message} for the fields at fault.
     check: Callable[[dict[str, Any]], dict[str, str]] | None = None
+    #: ``check``'s rule in JSON Schema, for the document.
+    check_schema: Schema = field(default_factory=dict)
 
     def schema(self) -> Schema:
         schema: Schema = {
@@ -241,6 +343,7 @@ class Body:
                 "required": list(self.exclusive),
                 "properties": {name: {"not": {"type": "null"}} for name in self.exclusive},
             }
+        schema.update(self.check_schema)
         if self.description:
             schema["description"] = self.description
         return schema
@@ -302,7 +405,9 @@ def list_of(body: Body, max_items: int) -> Kind:
             raise FieldError("has invalid items.", errors)
         return items
 
-    schema = {"type": "array", "items": body.schema(), "minItems": 1, "maxItems": max_items}
+    def schema() -> Schema:
+        return {"type": "array", "items": body.schema(), "minItems": 1, "maxItems": max_items}
+
     return Kind(schema, convert)
 
 
@@ -315,9 +420,13 @@ class Param:
     """A query string parameter: text, converted by ``convert`` (FieldError if bad)."""
 
     name: str
-    schema: Schema
+    schema: Schema | Callable[[], Schema]
     description: str
     convert: Callable[[str], Any] = _text
+
+    def json_schema(self) -> Schema:
+        return self.schema() if callable(self.schema) else dict(self.schema)
+
     #: May be given several times (?status=failed&status=expired).
     repeated: bool = False
 

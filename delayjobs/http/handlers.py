@@ -6,9 +6,8 @@ and of each transition; its exceptions become error responses in ``views``.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import dataclasses
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,16 +23,19 @@ from delayjobs.exceptions import InvalidTransition, JobNotFound
 from delayjobs.http import permissions
 from delayjobs.http.errors import ApiError
 from delayjobs.http.fields import (
-    ANY_JSON,
     BOOLEAN,
     DATETIME,
     DELAY,
+    PAYLOAD,
     STRING,
     TEXT,
+    TEXT_SCHEMA,
     Body,
     Field,
     FieldError,
+    Kind,
     Param,
+    Schema,
     integer_between,
     list_of,
     seconds_between,
@@ -99,11 +101,17 @@ class Reply:
 RUN_AT = Field(
     "run_at",
     DATETIME,
-    "When the job is due: ISO 8601 with a UTC offset. A time without one is refused.",
+    "When the job is due: RFC 3339, seconds and a UTC offset required "
+    "(2030-01-15T14:30:00Z); at most DELAYJOBS['MAX_SCHEDULE_AHEAD'] ahead.",
     nullable=True,
     schema_extra={"examples": ["2030-01-15T14:30:00Z"]},
 )
-DELAY_FIELD = Field("delay", DELAY, "Seconds from now until the job is due.", nullable=True)
+DELAY_FIELD = Field(
+    "delay",
+    DELAY,
+    "Seconds from now until the job is due; at most DELAYJOBS['MAX_SCHEDULE_AHEAD'].",
+    nullable=True,
+)
 
 
 def _replace_needs_key(values: dict[str, Any]) -> dict[str, str]:
@@ -112,17 +120,38 @@ def _replace_needs_key(values: dict[str, Any]) -> dict[str, str]:
     return {}
 
 
+#: _replace_needs_key in JSON Schema.
+REPLACE_NEEDS_KEY: Schema = {
+    "if": {"properties": {"replace": {"const": True}}, "required": ["replace"]},
+    "then": {"properties": {"key": {"type": "string"}}, "required": ["key"]},
+}
+
+
+def _public_job_types() -> Schema:
+    """The job types every key may schedule. A key may also hold a list of private ones,
+    which this public document does not name (nor does any error)."""
+    public = sorted(name for name in registry.names() if registry.get(name).public)
+    schema: Schema = {"type": "string", "minLength": 1, "maxLength": JOB_TYPE_MAX_LENGTH}
+    return {**schema, "enum": public} if public else schema
+
+
+JOB_TYPE_MAX_LENGTH = DelayedJob._meta.get_field("job_type").max_length
+#: A job type's name: one of the public ones, as the document lists them.
+JOB_TYPE = Kind(_public_job_types, STRING.convert)
+
+
 #: Named as schedule()'s arguments, so that a parsed body is its keyword arguments.
 SCHEDULE = Body(
     "schedule request",
     (
         Field(
             "job_type",
-            STRING,
-            "A registered job type's name (one open to the HTTP API).",
+            JOB_TYPE,
+            "A public job type (JobType.public = True), or a private one on the API key's "
+            "list of job types; any other name is refused as unknown (400).",
             required=True,
         ),
-        Field("payload", ANY_JSON, "Any JSON value the job receives (default {})."),
+        Field("payload", PAYLOAD, "The JSON value the job receives (default {})."),
         RUN_AT,
         DELAY_FIELD,
         Field(
@@ -168,6 +197,7 @@ SCHEDULE = Body(
     description="At most one of run_at and delay; neither: due now.",
     exclusive=("run_at", "delay"),
     check=_replace_needs_key,
+    check_schema=REPLACE_NEEDS_KEY,
 )
 BULK_SCHEDULE = Body(
     "bulk schedule request",
@@ -175,7 +205,8 @@ BULK_SCHEDULE = Body(
         Field(
             "jobs",
             list_of(SCHEDULE, MAX_BULK_JOBS),
-            "Jobs to schedule, all or none, in one transaction.",
+            "Jobs to schedule, all or none, in one transaction. Two jobs with the same key "
+            "are a conflict (409 duplicate_key).",
             required=True,
         ),
     ),
@@ -219,30 +250,35 @@ def _limit(text: str) -> int:
     return int(digits)
 
 
-def _content_type(text: str) -> ContentType:
-    app_label, dot, model = TEXT.convert(text).partition(".")
+#: A model's label as Django writes it: app_label.model_name.
+MODEL_LABEL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _content_type(text: str) -> ContentType | None:
+    """The model named; None for a well-formed name of no model (no job is about it)."""
+    if not MODEL_LABEL.fullmatch(text):
+        raise FieldError(f"must be a model as app_label.model, got {text!r}.")
+    app_label, _dot, model = text.partition(".")
     try:
-        if not dot:
-            raise ContentType.DoesNotExist
         return ContentType.objects.get_by_natural_key(app_label, model.lower())
     except ContentType.DoesNotExist:
-        raise FieldError(f"must be a model as app_label.model, got {text!r}.") from None
+        return None
 
 
 def encode_cursor(last_id: int) -> str:
-    return base64.urlsafe_b64encode(f"before:{last_id}".encode()).decode().rstrip("=")
+    """The cursor of the page after the one ending with job ``last_id``: that id, as
+    text. Not a secret: a client may make one (a page of the jobs before an id)."""
+    return str(last_id)
 
 
 def _cursor(text: str) -> int:
-    """The id a page ends before, from the opaque cursor of the previous page."""
-    try:
-        decoded = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode("ascii")
-        label, _colon, number = decoded.partition(":")
-        if label == "before" and number.isdigit() and int(number) <= MAX_ID:
-            return int(number)
-    except (binascii.Error, UnicodeDecodeError, ValueError):
-        pass
-    raise FieldError("is not a cursor this API gave out; start again without one.")
+    """The id a page ends before; an id past the largest possible one lists from the top."""
+    if not CURSOR.fullmatch(text):
+        raise FieldError("must be the next_cursor of a page: a whole number (a job id).")
+    return min(int(text), MAX_ID)
+
+
+CURSOR = re.compile(r"[0-9]{1,19}")
 
 
 LIST_PARAMS = (
@@ -253,19 +289,21 @@ LIST_PARAMS = (
         _status,
         repeated=True,
     ),
-    Param("job_type", {"type": "string"}, "Only jobs of this job type."),
-    Param("queue", {"type": "string"}, "Only jobs in this queue."),
-    Param("key", {"type": "string"}, "Only jobs with this business key."),
+    Param("job_type", TEXT_SCHEMA, "Only jobs of this job type."),
+    Param("queue", TEXT_SCHEMA, "Only jobs in this queue."),
+    Param("key", TEXT_SCHEMA, "Only jobs with this business key."),
     Param(
         "object_type",
-        {"type": "string", "examples": ["meetings.meeting"]},
-        "Only jobs about objects of this model (app_label.model).",
+        {"type": "string", "pattern": f"^{MODEL_LABEL.pattern}$", "examples": ["meetings.meeting"]},
+        "Only jobs about objects of this model (app_label.model); a model that does not "
+        "exist has no jobs.",
         _content_type,
     ),
     Param(
         "object_id",
-        {"type": "string"},
-        "With object_type: only jobs about the object with this primary key.",
+        TEXT_SCHEMA,
+        "Only jobs about an object with this primary key (of the model object_type names, "
+        "with it; of any model, without).",
     ),
     Param(
         "limit",
@@ -275,8 +313,8 @@ LIST_PARAMS = (
     ),
     Param(
         "cursor",
-        {"type": "string"},
-        "Where the page starts: next_cursor of the previous page.",
+        {"type": "string", "pattern": f"^{CURSOR.pattern}$"},
+        "Where the page starts: next_cursor of the previous page (the jobs with a smaller id).",
         _cursor,
     ),
 )
@@ -304,17 +342,16 @@ def schedule_jobs(call: Call) -> Reply:
 def list_jobs(call: Call) -> Reply:
     """Newest first, by id: a stable order, and a keyset page needs no OFFSET scan."""
     query = call.query
-    if "object_id" in query and "object_type" not in query:
-        raise ApiError(
-            "invalid", "object_id needs object_type.", fields={"object_id": "needs object_type."}
-        )
     filters: dict[str, Any] = {
         name: query[name] for name in ("job_type", "queue", "key", "object_id") if name in query
     }
     if "status" in query:
         filters["status__in"] = query["status"]
     if "object_type" in query:
-        filters["content_type"] = query["object_type"]
+        if query["object_type"] is None:  # a model that does not exist: no job is about it
+            filters["pk__in"] = []
+        else:
+            filters["content_type"] = query["object_type"]
     if "cursor" in query:
         filters["pk__lt"] = query["cursor"]
     limit = query.get("limit", DEFAULT_LIMIT)
@@ -427,6 +464,7 @@ def _prepare_schedule(
             f"{permissions.RESCHEDULE} as well.",
         )
     _refuse_closed_job_types(specs, allowed=_private_types_allowed(call), bulk=bulk)
+    _refuse_repeated_keys(specs)
     prepared: list[dict[str, Any]] = []
     moved: list[DelayedJob | None] = []
     for index, spec in enumerate(specs):
@@ -480,27 +518,51 @@ def _replaceable_holder(call: Call, spec: dict[str, Any], prefix: str) -> Delaye
     )
     if holder is None:
         return None
-    held = f" (job {holder.pk})" if call.can_view else ""
-    extra = {"existing_id": holder.pk} if call.can_view else {}
     if holder.status != JobStatus.SCHEDULED:
-        detail = (
-            f"An active job already holds key {key!r}{held}: it is {holder.status} and "
-            f"cannot be moved; schedule again once it ends."
+        reason = f"it is {holder.status} and cannot be moved; schedule again once it ends."
+    elif (holder.job_type, holder.queue) != (
+        spec["job_type"],
+        spec.get("queue") or registry.get(spec["job_type"]).queue,
+    ):
+        reason = (
+            f"it is a {holder.job_type!r} job on queue {holder.queue!r}, and replace over HTTP "
+            f"never changes a job's job type or queue. Cancel that job and schedule a new one."
         )
-        raise ApiError("duplicate_key", detail, fields={f"{prefix}key": detail}, extra=extra)
-    queue = spec.get("queue") or registry.get(spec["job_type"]).queue
-    if (holder.job_type, holder.queue) != (spec["job_type"], queue):
-        what = (
-            f"a {holder.job_type!r} job on queue {holder.queue!r}"
-            if call.can_view
-            else "of another job type or queue"
-        )
-        detail = (
-            f"The job holding key {key!r}{held} is {what}: replace over HTTP never changes "
-            f"a job's job type or queue. Cancel that job and schedule a new one."
-        )
-        raise ApiError("duplicate_key", detail, fields={f"{prefix}key": detail}, extra=extra)
-    return holder
+    else:
+        return holder
+    raise key_taken(key, holder.pk, field=f"{prefix}key", reason=reason, can_view=call.can_view)
+
+
+def key_taken(
+    key: str, holder_id: int | None, *, field: str, reason: str, can_view: bool
+) -> ApiError:
+    """The 409 for a key an active job holds. A caller who may view jobs learns which job
+    and why; any other caller gets one answer whatever the job (of a job type it may not
+    schedule, running, or plain taken): the key is not free, which any schedule with it
+    would tell, and nothing more."""
+    index = field.removesuffix("key").removesuffix(".")
+    where = f"{index}: " if index else ""
+    if can_view:
+        held = f" (job {holder_id})" if holder_id is not None else ""
+        detail = f"{where}An active job already holds key {key!r}{held}: {reason}"
+        extra: dict[str, Any] = {"existing_id": holder_id}
+    else:
+        detail = f"{where}Key {key!r} is taken: an active job holds it."
+        extra = {}
+    return ApiError("duplicate_key", detail, fields={field: detail}, extra=extra)
+
+
+def _refuse_repeated_keys(specs: Sequence[dict[str, Any]]) -> None:
+    """409 for a key given to two jobs of one request: both cannot hold it."""
+    seen: set[str] = set()
+    for index, spec in enumerate(specs):
+        key = spec.get("key")
+        if key is None:
+            continue
+        if key in seen:
+            detail = f"jobs[{index}]: key {key!r} is given to an earlier job of this request too."
+            raise ApiError("duplicate_key", detail, fields={f"jobs[{index}].key": detail})
+        seen.add(key)
 
 
 def _due_times(*holders: DelayedJob | None) -> dict[int, Any]:

@@ -18,7 +18,7 @@ from django.conf import settings
 import delayjobs
 from delayjobs.http import handlers
 from delayjobs.http.errors import ERROR_STATUSES, ERRORS
-from delayjobs.http.fields import Body, Param
+from delayjobs.http.fields import Body, Param, payload_schemas
 from delayjobs.http.handlers import Call, Reply
 from delayjobs.http.permissions import ADD, CANCEL, RESCHEDULE, RETRY, VIEW
 from delayjobs.http.serialize import ATTEMPT_SCHEMA, JOB_DETAIL_SCHEMA, JOB_SCHEMA, OBJECT_SCHEMA
@@ -69,6 +69,8 @@ class Operation:
     #: only on its job list. Without it a caller could act on jobs it may not see, and
     #: learn from 404 against 409 which ids exist and in what state.
     needs_view: bool = False
+    #: Operations on the job in the success response (OpenAPI links, by operationId).
+    links: tuple[str, ...] = ()
 
     def permissions(self) -> tuple[str, ...]:
         """Every permission this operation needs; () for a public one."""
@@ -145,6 +147,7 @@ OPERATIONS: tuple[Operation, ...] = (
         writes=True,
         conflicts=True,
         location=True,
+        links=("getJob", "cancelJob", "rescheduleJob", "retryJob"),
         notes=(
             f"With replace: true, also {RESCHEDULE}; replace never changes the job type or "
             f"the queue of the job holding the key (409). {ONLY_ID} A job type that is not "
@@ -271,7 +274,8 @@ def routes() -> dict[str, list[Operation]]:
 
 ROUTE_PARAMETER = re.compile(r"<(?:(?P<converter>\w+):)?(?P<name>\w+)>")
 CONVERTER_SCHEMAS: dict[str, Schema] = {
-    "int": {"type": "integer", "minimum": 0},
+    # A larger id cannot exist: 404, as for any id of no job.
+    "int": {"type": "integer", "minimum": 0, "maximum": handlers.MAX_ID},
     "str": {"type": "string"},
 }
 
@@ -335,6 +339,15 @@ def _operation_object(operation: Operation) -> Schema:
         success["headers"] = {
             "Location": {"description": "The job's URL.", "schema": {"type": "string"}}
         }
+    if operation.links:
+        success["links"] = {
+            target: {
+                "operationId": target,
+                "parameters": {"job_id": "$response.body#/id"},
+                "description": "The job just scheduled.",
+            }
+            for target in operation.links
+        }
     responses: Schema = {str(status): success}
     for error_status in sorted({ERRORS[code][0] for code in operation.error_codes()}):
         responses[str(error_status)] = {
@@ -376,7 +389,9 @@ def _path_parameters(route: str) -> Iterable[Schema]:
 
 def _query_parameters(params: tuple[Param, ...]) -> Iterable[Schema]:
     for param in params:
-        schema = {"type": "array", "items": param.schema} if param.repeated else param.schema
+        schema = param.json_schema()
+        if param.repeated:
+            schema = {"type": "array", "items": schema}
         parameter: Schema = {
             "name": param.name,
             "in": "query",
@@ -415,6 +430,7 @@ def _error_response(status: int) -> Schema:
 
 def _schemas() -> Schema:
     return {
+        **payload_schemas(),
         "Job": JOB_SCHEMA,
         "JobDetail": JOB_DETAIL_SCHEMA,
         "Attempt": ATTEMPT_SCHEMA,

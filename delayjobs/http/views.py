@@ -30,7 +30,7 @@ from delayjobs.exceptions import (
 from delayjobs.http.auth import authenticate
 from delayjobs.http.errors import ApiError
 from delayjobs.http.fields import FieldError, parse_query
-from delayjobs.http.handlers import BULK_SCHEDULE, SCHEDULE, Call, Reply
+from delayjobs.http.handlers import BULK_SCHEDULE, SCHEDULE, Call, Reply, key_taken
 from delayjobs.http.openapi import Operation, describe_permissions
 from delayjobs.models import jobs_database
 
@@ -192,18 +192,19 @@ def api_error(exc: DelayJobsError, *, can_view: bool = False, scheduling: bool =
         fields = {_field_path(exc, name): detail} if name in SPEC_FIELDS else {}
         return ApiError("invalid", detail, fields=fields)
     if isinstance(exc, DuplicateJob):
-        index = SPEC_INDEX.match(str(exc))
-        held = f" (job {exc.existing_id})" if can_view and exc.existing_id is not None else ""
-        advice = " Cancel it first, or send replace: true to move it." if scheduling else ""
-        detail = (
-            f"{f'jobs[{index[1]}]: ' if index else ''}An active job already holds key "
-            f"{exc.key!r}{held}.{advice}"
+        # Scheduling: the caller's new job wants the key. Otherwise a retry: the job
+        # being retried needs its key back, which another job took since.
+        reason = (
+            "cancel it first, or send replace: true to move it."
+            if scheduling
+            else "this job can run again once that one has ended (or is cancelled)."
         )
-        return ApiError(
-            "duplicate_key",
-            detail,
-            fields={_field_path(exc, "key"): detail},
-            extra={"existing_id": exc.existing_id} if can_view else {},
+        return key_taken(
+            exc.key,
+            exc.existing_id,
+            field=_field_path(exc, "key"),
+            reason=reason,
+            can_view=can_view,
         )
     if isinstance(exc, InvalidTransition):
         return ApiError("invalid_transition", detail)

@@ -1,0 +1,165 @@
+"""The HTTP API against its own OpenAPI document, with Schemathesis.
+
+Every built-in check Schemathesis has runs on every operation, with requests generated from
+the document both valid (which must be accepted: a 400 for a request the document calls
+valid is a lie in the document) and invalid (which must be refused). Then the stateful
+phase follows the document's links from POST /jobs/ to the operations on the job made.
+Bounded numbers of examples, derandomized: the same requests in every CI run.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import schemathesis
+from django.contrib.auth.models import User
+from django.core.signals import request_finished, request_started
+from django.core.wsgi import get_wsgi_application
+from django.db import close_old_connections
+from hypothesis import settings
+from hypothesis.stateful import run_state_machine_as_test
+
+from delayjobs.conf import settings as conf
+from delayjobs.http import keys
+from delayjobs.http.fields import DATE_TIME_PATTERN, digits_between
+from delayjobs.jobtypes import registry
+from tests.utils import fuzz_settings
+
+pytestmark = pytest.mark.django_db
+
+DOCUMENT = "/delayjobs/api/openapi.json"
+schema = schemathesis.openapi.from_wsgi(DOCUMENT, get_wsgi_application())
+
+#: Per operation: the API has 8, so about 400 requests, in a few seconds.
+EXAMPLES = fuzz_settings(max_examples=50)
+
+
+@pytest.fixture(autouse=True)
+def connections_kept_open() -> Iterator[None]:
+    """The WSGI handler closes the database connection after each request, as it should
+    in production; here that would end the test's transaction. Django's test client
+    disconnects the same receiver."""
+    request_started.disconnect(close_old_connections)
+    request_finished.disconnect(close_old_connections)
+    yield
+    request_started.connect(close_old_connections)
+    request_finished.connect(close_old_connections)
+
+
+# Each test's key: its database rows are rolled back after the test.
+current_key: dict[str, str] = {}
+
+
+@schema.auth(refresh_interval=None)
+class SuperuserKey:
+    """The API key of the test's superuser, on every request but those Schemathesis makes
+    without it on purpose (its ignored_auth check): a provider, not fixed headers."""
+
+    def get(self, case: Any, context: Any) -> str:
+        # Asked once at collection too, before any test has a key: then no key is sent.
+        return current_key.get("plaintext", "")
+
+    def set(self, case: Any, data: str, context: Any) -> None:
+        case.headers = {**(case.headers or {}), "Authorization": f"Bearer {data}"}
+
+
+@pytest.fixture(autouse=True)
+def superuser_key() -> Iterator[None]:
+    """A superuser's key: every operation is allowed, so a refusal is about the request."""
+    user = User.objects.create_superuser("schemathesis", "st@example.com", "x")
+    current_key["plaintext"] = keys.create_api_key(user, "schemathesis")[1]
+    yield
+    current_key.clear()
+
+
+@schema.parametrize()
+@EXAMPLES
+def test_every_operation_keeps_its_document(case: Any) -> None:
+    case.call_and_validate()
+
+
+def test_operations_linked_from_a_new_job_keep_the_document() -> None:
+    """POST /jobs/, then what its links lead to (get, cancel, reschedule, retry the job),
+    in generated sequences."""
+    run_state_machine_as_test(
+        schema.as_state_machine(),
+        settings=settings(EXAMPLES, max_examples=25, stateful_step_count=6),
+    )
+
+
+# What the document says, beyond what generated requests can show --------------------
+
+
+def body_schema(document: dict[str, Any], path: str) -> dict[str, Any]:
+    content = document["paths"][path]["post"]["requestBody"]["content"]
+    return content["application/json"]["schema"]
+
+
+@pytest.fixture
+def document(client: Any) -> dict[str, Any]:
+    return client.get(DOCUMENT).json()
+
+
+def test_the_document_lists_the_public_job_types_only(document: dict[str, Any]) -> None:
+    job_type = body_schema(document, "/jobs/")["properties"]["job_type"]
+    public = sorted(name for name in registry.names() if registry.get(name).public)
+    private = sorted(set(registry.names()) - set(public))
+    assert public and private, "the test project should have both"
+    assert job_type["enum"] == public
+
+
+def test_the_document_bounds_every_field_the_api_bounds(document: dict[str, Any]) -> None:
+    fields = body_schema(document, "/jobs/")["properties"]
+    ahead = conf.MAX_SCHEDULE_AHEAD.total_seconds()
+    assert (fields["delay"]["minimum"], fields["delay"]["maximum"]) == (0, ahead)
+    assert fields["key"]["pattern"] == "^[^\\u0000]*$"
+    assert fields["payload"] == {
+        "$ref": "#/components/schemas/Payload",
+        "description": fields["payload"]["description"],
+    }
+    payload = document["components"]["schemas"]["Payload"]
+    assert (payload["x-maxDepth"], payload["x-maxBytes"]) == (64, 64 * 1024)
+    run_at = fields["run_at"]["pattern"]
+    assert run_at.startswith(f"^{digits_between(2, 2125, 4)}-")
+    # A replace without a key is refused: the document says so too.
+    rule = body_schema(document, "/jobs/")["if"]
+    assert rule["properties"]["replace"] == {"const": True}
+
+
+def test_digits_between_matches_exactly_the_numbers_in_range() -> None:
+    for low, high in ((2, 2125), (0, 9999), (100, 199), (1999, 2000), (7, 7)):
+        pattern = re.compile(digits_between(low, high, 4))
+        matched = [n for n in range(10_000) if pattern.fullmatch(str(n).zfill(4))]
+        assert matched == list(range(low, high + 1)), (low, high)
+
+
+def test_the_rfc3339_pattern_takes_what_json_schema_calls_a_date_time() -> None:
+    for text in (
+        "2030-01-15T14:30:00Z",
+        "2030-01-15t14:30:00.123456789z",
+        "2030-01-15T14:30:00-23:59",
+    ):
+        assert DATE_TIME_PATTERN.fullmatch(text), text
+    for text in (
+        "2030-01-15T14:30Z",
+        "2030-01-15 14:30:00Z",
+        "20300115T143000Z",
+        "2030-01-15T14:30:60Z",
+    ):
+        assert not DATE_TIME_PATTERN.fullmatch(text), text
+
+
+def test_a_new_job_links_to_the_operations_on_it(document: dict[str, Any]) -> None:
+    created = document["paths"]["/jobs/"]["post"]["responses"]["201"]
+    assert {name: link["operationId"] for name, link in created["links"].items()} == {
+        "getJob": "getJob",
+        "cancelJob": "cancelJob",
+        "rescheduleJob": "rescheduleJob",
+        "retryJob": "retryJob",
+    }
+    assert all(
+        link["parameters"] == {"job_id": "$response.body#/id"} for link in created["links"].values()
+    )
