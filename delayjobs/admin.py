@@ -30,6 +30,7 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from delayjobs import api, pauses
+from delayjobs.admin_lookups import NulRefusingChangeList, RefusesNulInLists
 from delayjobs.display import format_duration, format_precise_time, format_time
 from delayjobs.exceptions import DelayJobsError, InvalidJob
 from delayjobs.jobtypes import registry
@@ -256,8 +257,9 @@ class RunAtFilter(admin.SimpleListFilter):
         return queryset
 
 
-class JobChangeList(ChangeList):
-    """The changelist page fetches each row's linked object in one query per model."""
+class JobChangeList(NulRefusingChangeList):
+    """The changelist page fetches each row's linked object in one query per model, and
+    refuses a NUL character in its query (``delayjobs.admin_lookups``)."""
 
     def get_results(self, request: HttpRequest) -> None:
         super().get_results(request)
@@ -720,7 +722,7 @@ class PauseForm(forms.ModelForm):
 
 
 @admin.register(Pause)
-class PauseAdmin(admin.ModelAdmin):
+class PauseAdmin(RefusesNulInLists, admin.ModelAdmin):
     """Adding a pause pauses (add_pause); deleting it resumes (delete_pause)."""
 
     form = PauseForm
@@ -757,7 +759,7 @@ class PauseAdmin(admin.ModelAdmin):
 
 
 @admin.register(Consumer)
-class ConsumerAdmin(ReadOnlyMixin, admin.ModelAdmin):
+class ConsumerAdmin(RefusesNulInLists, ReadOnlyMixin, admin.ModelAdmin):
     list_display = (
         "worker_id",
         "hostname",

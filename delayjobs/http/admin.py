@@ -16,12 +16,15 @@ from typing import Any
 from django import forms
 from django.contrib import admin
 from django.core.exceptions import ValidationError
+from django.db import models
 from django.db.models import QuerySet
+from django.forms.fields import InvalidJSONInput
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
+from delayjobs.admin_lookups import RefusesNulInLists
 from delayjobs.http.keys import check_job_types, create_api_key
 from delayjobs.models import ApiKey
 
@@ -34,6 +37,27 @@ SHOWN_FIELDS = (
     "created_at",
     "last_used_at",
 )
+
+
+class JobTypesField(forms.JSONField):
+    """Django's JSON form field, but text that ``json`` refuses with something other than
+    a JSONDecodeError (an integer of 5000 digits: ValueError; 10,000 nested brackets:
+    RecursionError) is a form error too, not a server error, on submit and on the page
+    shown again with it."""
+
+    default_error_messages = {"invalid": _("Enter a JSON list of job type names.")}
+
+    def to_python(self, value: Any) -> Any:
+        try:
+            return super().to_python(value)
+        except (ValueError, RecursionError):
+            raise ValidationError(self.error_messages["invalid"], code="invalid") from None
+
+    def bound_data(self, data: Any, initial: Any) -> Any:
+        try:
+            return super().bound_data(data, initial)
+        except (ValueError, RecursionError):
+            return InvalidJSONInput(data)
 
 
 def clean_key_job_types(form: forms.ModelForm, editor: Any) -> list[str]:
@@ -97,7 +121,7 @@ def may_manage(user: Any, key: ApiKey | None) -> bool:
 
 
 @admin.register(ApiKey)
-class ApiKeyAdmin(admin.ModelAdmin):
+class ApiKeyAdmin(RefusesNulInLists, admin.ModelAdmin):
     list_display = SHOWN_FIELDS
     list_filter = ("is_active",)
     search_fields = ("name", "prefix", "user__username")
@@ -108,6 +132,7 @@ class ApiKeyAdmin(admin.ModelAdmin):
     # every action of delayjobs' admin needs a dedicated permission (tests/test_access.py).
     list_editable = ("is_active",)
     actions = None
+    formfield_overrides = {models.JSONField: {"form_class": JobTypesField}}
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[ApiKey]:
         keys = super().get_queryset(request)
