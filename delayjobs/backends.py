@@ -7,16 +7,18 @@ Redis hand-off waits for the commit, as ``delayjobs.schedule`` always does): ``r
 the task's ``run_after`` (or now), ``priority`` and ``queue`` are the task's. A consumer
 (``run_delay_consumer``) runs it; ``get_result()`` reads the row and its attempts.
 
-``QUEUES`` must list the queues (Django's default is ``["default"]``): an empty list, which
-the framework reads as "any queue", is refused, as consumers could not know what to consume.
+``QUEUES``: as Django's contract says, the queues tasks may use, and an empty list allows
+any queue name. A consumer started without ``--queue`` serves every queue listed here (and
+``default``); give ``--queue`` for the others a project's tasks use.
 
 OPTIONS:
 
 - ``MAX_ATTEMPTS``: executions before a raising task is FAILED (default: the job type's,
   5; at most 2**31 - 1); each failed attempt is retried with delayjobs' backoff and is
   listed in ``errors``.
-- ``MODULES``: modules to search for ``@task`` objects besides every installed app's
-  ``tasks`` module. ``enqueue()`` refuses a task consumers would not find there.
+- ``MODULES``: modules outside the installed apps' packages that consumers may import
+  to find ``@task`` objects (a task in any module of an installed app needs no listing).
+  ``enqueue()`` refuses a task consumers could not import.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from delayjobs.task_compat import (
     normalize_json,
     task_enqueued,
 )
-from delayjobs.task_index import UnregisteredTask, index
+from delayjobs.task_index import UnregisteredTask, importable, index
 from delayjobs.task_jobs import (
     TASK_JOB_TYPE,
     DjangoTaskJob,
@@ -81,13 +83,6 @@ class DelayJobsBackend(BaseTaskBackend):
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
-        if not self.queues:
-            # The framework reads an empty QUEUES as "any queue": consumers, which serve
-            # the queues listed here, would then never run tasks sent to the others.
-            raise ImproperlyConfigured(
-                f"TASKS[{alias!r}]['QUEUES'] is empty; list the queues tasks may use "
-                f"(consumers serve exactly those), or leave it out for ['default']."
-            )
         bad_queues = sorted(
             repr(q) for q in self.queues if not isinstance(q, str) or not QUEUE_PATTERN.fullmatch(q)
         )
@@ -158,31 +153,31 @@ class DelayJobsBackend(BaseTaskBackend):
         return build_result(task, job, call, list(attempts_of(job)))
 
     def _check_discoverable(self, task: Task) -> None:
-        """Refuse a task no consumer could find: one that is not an attribute of a module
-        discovery searches (an installed app's ``tasks`` module, or OPTIONS["MODULES"])."""
+        """Refuse a task no consumer could run: one whose module lies outside every
+        installed app (and OPTIONS["MODULES"]), which consumers never import, or that is
+        not a @task attribute of its module, where they look it up."""
         path = task.module_path
         if index.find(path) is not None:
             return
         module_name = getattr(task.func, "__module__", None) or ""
+        if not importable(module_name):
+            raise InvalidTaskCall(
+                f"Task {path} is defined in {module_name}, outside every installed app: "
+                f"consumers import tasks only from installed apps' packages, so none could "
+                f"run it. Move it into an app, or add {module_name!r} to "
+                f"TASKS[{self.alias!r}]['OPTIONS']['MODULES']."
+            )
         module = sys.modules.get(module_name)
-        if module is not None and index.is_declared(module_name):
+        if module is not None:
             index.add_module(module)  # loaded already: it defines the function
         if index.find(path) is None:
             index.discover()  # a Task object of one declared module may wrap another's
-        if index.find(path) is not None:
-            return
-        if index.is_declared(module_name):
+        if index.find(path) is None:
             raise InvalidTaskCall(
                 f"Task {path} is not a @task attribute of its module {module_name}, so "
                 f"consumers, which look tasks up by module attribute, would not find it. "
                 f"Define it at module level with @task."
             )
-        raise InvalidTaskCall(
-            f"Task {path} is defined in {module_name}, where consumers do not look for "
-            f"tasks: none could run it. Define it with @task in the 'tasks' module of an "
-            f"installed app, or add {module_name!r} to "
-            f"TASKS[{self.alias!r}]['OPTIONS']['MODULES']."
-        )
 
     def _job(self, result_id: Any) -> DelayedJob:
         text = str(result_id) if isinstance(result_id, str | int) else ""

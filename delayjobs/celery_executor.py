@@ -17,7 +17,13 @@ Celery worker:
 
 Between the claim and the task's start the claim's own lease covers the job: if Celery
 loses the message or its queue is longer than ``time_to_run``, the job is reaped and runs
-again. Nothing here imports Celery at module level; ``delayjobs.tasks`` does.
+again. A broker that does not take the task is the infrastructure's fault, not the job's:
+the consumer gives the job back without spending its attempt (``transitions.give_back``)
+and publishes nothing for a while (``PublishBackoff``). At start, ``prepare`` finds the
+Celery app (``--celery-app``, as ``celery -A`` takes it) and checks that its broker answers,
+so that a consumer without one stops before it claims anything.
+
+Nothing here imports Celery at module level; ``delayjobs.tasks`` does.
 """
 
 from __future__ import annotations
@@ -27,25 +33,21 @@ import os
 import threading
 import time
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db import InterfaceError, OperationalError, connections
-from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from delayjobs import transitions
-from delayjobs.execution import (
-    describe,
-    retry_at_after,
-    run_claimed,
-    signal_outcome,
-    storable,
-    time_to_run_of,
-)
+from delayjobs.execution import describe, run_claimed, signal_outcome, time_to_run_of
 from delayjobs.handoff import index_due_soon
 from delayjobs.jobtypes import registry
 from delayjobs.models import DelayedJob
 from delayjobs.transitions import Outcome
+
+if TYPE_CHECKING:
+    from celery import Celery
 
 logger = logging.getLogger("delayjobs.consumer")
 
@@ -56,22 +58,107 @@ RECORD_PATIENCE = 30.0
 MIN_HEARTBEAT = 0.5
 
 
-def check_available() -> None:
-    """Fail at start, not per job, when Celery or its task module cannot be imported."""
+class BrokerUnavailable(Exception):
+    """The Celery broker did not take a job's task: a fault of the infrastructure, not of
+    the job, so the job goes back unspent (``transitions.give_back``)."""
+
+
+#: At start, the broker is asked this many times, BROKER_CHECK_INTERVAL apart, before the
+#: consumer gives up: seconds, not the minutes Celery itself would keep retrying.
+BROKER_CHECK_RETRIES = 2
+BROKER_CHECK_INTERVAL = 0.5
+BROKER_CHECK_TIMEOUT = 3.0
+#: After a failed publish, no task is published for this long, doubling with each
+#: further failure up to PUBLISH_BACKOFF_MAX; a publish that works resets it.
+PUBLISH_BACKOFF_FIRST = 0.5
+PUBLISH_BACKOFF_MAX = 30.0
+
+
+def prepare(app_spec: str | None = None) -> Celery:
+    """Load the Celery app jobs are published with and check that its broker answers.
+
+    ``app_spec`` is what ``celery -A`` takes (``proj``, ``proj.celery``,
+    ``proj.celery:app``); without it, the app the project loaded (Celery's Django guide
+    loads it from the project package's ``__init__``). Raises ImproperlyConfigured, naming
+    the fix, when there is no app or its broker does not answer: then the consumer stops
+    before it claims a job, instead of spending every job's attempts on a broker that is
+    not there.
+    """
     try:
-        import delayjobs.tasks  # noqa: F401
+        import delayjobs.tasks  # noqa: F401  (registers the execute task with every app)
     except ImportError as exc:
         raise ImproperlyConfigured(
             f"The Celery executor needs Celery ({exc}): pip install 'django-delayjobs[celery]', "
             f"and a Celery app that autodiscovers delayjobs.tasks."
         ) from None
+    app = _find_app(app_spec) if app_spec else _loaded_app()
+    # Jobs are published from worker threads, where Celery's current app is thread-local:
+    # without a default app they would find Celery's fallback app and its default broker.
+    app.set_default()
+    app.set_current()
+    _check_broker(app)
+    return app
 
 
-def dispatch(job: DelayedJob, claimed_by: str) -> Outcome | None:
-    """Publish the Celery task that runs ``job``; None once published.
+def _find_app(app_spec: str) -> Celery:
+    from celery import Celery
+    from celery.app.utils import find_app
 
-    If the broker refuses it, the attempt fails (and is retried by the job type's policy)
-    at once, rather than leaving the job to wait out its lease.
+    try:
+        app = find_app(app_spec)
+    except Exception as exc:  # ImportError, AttributeError, or the module's own error
+        raise ImproperlyConfigured(
+            f"--celery-app {app_spec!r}: no Celery app found there ({describe(exc)}). Give "
+            f"what you give `celery -A`: a module (proj, proj.celery) or module:attribute."
+        ) from None
+    if not isinstance(app, Celery):
+        raise ImproperlyConfigured(
+            f"--celery-app {app_spec!r} is {type(app).__name__}, not a Celery app."
+        )
+    return app
+
+
+def _loaded_app() -> Celery:
+    from celery import _state
+
+    # Private to Celery, but the one way to tell an app the project created from the
+    # fallback Celery makes up on first use, which publishes to amqp://localhost.
+    app = _state._tls.current_app or _state.default_app
+    if app is None or (app.main == "default" and not app.set_as_current):
+        raise ImproperlyConfigured(
+            "The Celery executor found no Celery app in this process, so every job would be "
+            "published to Celery's default broker. Pass --celery-app with what you give "
+            "`celery -A` (e.g. --celery-app proj), or load the app when Django starts, as "
+            "Celery's Django guide does: `from .celery import app as celery_app` in your "
+            "project package's __init__.py."
+        )
+    return app
+
+
+def _check_broker(app: Celery) -> None:
+    connection = app.connection_for_write()
+    try:
+        connection.ensure_connection(
+            max_retries=BROKER_CHECK_RETRIES,
+            interval_start=BROKER_CHECK_INTERVAL,
+            interval_step=BROKER_CHECK_INTERVAL,
+            timeout=BROKER_CHECK_TIMEOUT,
+        )
+    except Exception as exc:  # kombu's errors vary by transport; all mean "no broker"
+        raise ImproperlyConfigured(
+            f"The broker of Celery app {app.main!r} at {connection.as_uri()} does not answer "
+            f"({describe(exc)}). Start it, or set the app's broker_url (CELERY_BROKER_URL "
+            f"with Celery's Django setup) to one that runs."
+        ) from None
+    finally:
+        connection.release()
+
+
+def dispatch(job: DelayedJob, claimed_by: str) -> None:
+    """Publish the Celery task that runs ``job``.
+
+    Raises BrokerUnavailable if the broker does not take it: the caller gives the job
+    back without spending its attempt, and backs off.
     """
     from delayjobs.tasks import execute  # Celery is imported only by this executor
 
@@ -83,19 +170,41 @@ def dispatch(job: DelayedJob, claimed_by: str) -> Outcome | None:
             expires=time_to_run_of(job).total_seconds(),
         )
     except Exception as exc:  # kombu's errors vary by transport; all mean "not published"
-        now = timezone.now()
-        logger.warning("Job %s: could not publish its Celery task (%s)", job.pk, exc)
-        return Outcome(
-            job=job,
-            worker_id=claimed_by,
-            started_at=now,
-            finished_at=now,
-            error=describe(exc),
-            traceback=storable(f"Publishing the Celery task failed: {describe(exc)}\n"),
-            retry_at=retry_at_after(job, exc),
-        )
+        raise BrokerUnavailable(describe(exc)) from exc
     logger.debug("Job %s attempt %d handed to Celery", job.pk, job.attempts)
-    return None
+
+
+class PublishBackoff:
+    """How long to leave the broker alone after failed publishes: PUBLISH_BACKOFF_FIRST,
+    doubling with each failure in a row up to PUBLISH_BACKOFF_MAX. Thread-safe: the
+    worker threads publish, the main loop asks before it claims."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._delay = 0.0
+        self._until = 0.0
+
+    def failed(self) -> float:
+        """Note a failed publish; seconds until the next may be tried."""
+        with self._lock:
+            now = time.monotonic()
+            if now >= self._until:  # one step per streak of failures, not per job
+                self._delay = min(max(self._delay * 2, PUBLISH_BACKOFF_FIRST), PUBLISH_BACKOFF_MAX)
+                self._until = now + self._delay
+            return self._until - now
+
+    def succeeded(self) -> bool:
+        """Note a publish that worked; whether that ends a streak of failures."""
+        with self._lock:
+            ended = self._delay > 0
+            self._delay = 0.0
+            self._until = 0.0
+            return ended
+
+    def remaining(self) -> float:
+        """Seconds to wait before publishing again (0: go ahead)."""
+        with self._lock:
+            return max(self._until - time.monotonic(), 0.0)
 
 
 def run_dispatched(

@@ -36,6 +36,7 @@ from datetime import datetime, timedelta
 from types import FrameType
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, connections
 from django.utils import timezone
 from redis import RedisError
@@ -118,6 +119,7 @@ class Consumer(DatabaseMode, TimeOuts):
         worker_id: str | None = None,
         store: RedisStore | None = None,
         executor: str | None = None,
+        celery_app: str | None = None,
     ) -> None:
         self.queues = sorted(set(queues or registry.queues() or ["default"]))
         self.concurrency = concurrency or settings.CONCURRENCY
@@ -129,8 +131,16 @@ class Consumer(DatabaseMode, TimeOuts):
         self.executor = executor or settings.EXECUTOR
         if self.executor not in EXECUTORS:
             raise ValueError(f"executor must be one of {EXECUTORS}, got {self.executor!r}")
+        # Celery executor: the broker is checked now, before anything is claimed; after a
+        # failed publish, nothing is claimed or published until the back-off is over.
+        self._publish_backoff: celery_executor.PublishBackoff | None = None
         if self.executor == "celery":
-            celery_executor.check_available()
+            celery_executor.prepare(celery_app)
+            self._publish_backoff = celery_executor.PublishBackoff()
+        elif celery_app is not None:
+            raise ImproperlyConfigured(
+                "--celery-app is for the Celery executor: add --executor celery."
+            )
         self.store = store or get_store()
         self.processed = 0
         self.exit_code = 0
@@ -291,7 +301,9 @@ class Consumer(DatabaseMode, TimeOuts):
                 if handover_wait is not None:
                     next_timeout = min(next_timeout or handover_wait, handover_wait)
                 self._refresh_pauses()
-                wait = self._database_turn() if self._database_mode else self._redis_turn()
+                wait = self._broker_wait()
+                if not wait:
+                    wait = self._database_turn() if self._database_mode else self._redis_turn()
                 self._database_recovered()
             except (DatabaseError, RedisError) as exc:
                 drop_broken_connections()
@@ -318,6 +330,10 @@ class Consumer(DatabaseMode, TimeOuts):
                     self._next_timeout_check = time.monotonic() + wait
                     self._cond.wait(wait)
                 self._next_timeout_check = time.monotonic() + self._longest_sleep
+
+    def _broker_wait(self) -> float:
+        """Seconds before jobs may be claimed for Celery again after a failed publish."""
+        return self._publish_backoff.remaining() if self._publish_backoff else 0.0
 
     def _redis_turn(self) -> float | None:
         """Claim what Redis says is due; return how long to sleep (None: burst done)."""
@@ -568,28 +584,10 @@ class Consumer(DatabaseMode, TimeOuts):
                 return
             wait_until(due_ns(job))  # claimed up to CLAIM_AHEAD early: never start early
             began = time.monotonic()
-            if self.executor == "celery":
-                outcome = celery_executor.dispatch(job, self.worker_id)
-                if outcome is None:  # published: a Celery worker runs and records it
-                    with self._cond:
-                        running.finished = True
-                        timed_out = running.timed_out
-                        self._note_run_time(time.monotonic() - began)
-                        if not timed_out:
-                            self._hand_over(running)
-                    if timed_out:
-                        logger.warning(
-                            "Job %s %s attempt %d was published to Celery after it had "
-                            "timed out; a Celery worker finds its claim gone and does "
-                            "nothing [trace %s]",
-                            job.pk,
-                            job.job_type,
-                            job.attempts,
-                            job.trace_id,
-                        )
-                    return
-            else:
-                outcome = run_claimed(job, self.worker_id)
+            if self._publish_backoff is not None:
+                timed_out = self._publish(running, began)
+                return
+            outcome = run_claimed(job, self.worker_id)
             with self._cond:
                 running.finished = True
                 timed_out = running.timed_out
@@ -613,6 +611,66 @@ class Consumer(DatabaseMode, TimeOuts):
                 self._recorder.put(outcome)
         finally:
             self._release(running, timed_out)
+
+    def _publish(self, running: Running, began: float) -> bool:
+        """Hand a claimed job to Celery, or give it back if the broker does not take it;
+        whether the job had timed out meanwhile."""
+        assert self._publish_backoff is not None
+        job = running.job
+        try:
+            if self._publish_backoff.remaining():
+                raise celery_executor.BrokerUnavailable("backing off after a failed publish")
+            celery_executor.dispatch(job, self.worker_id)
+        except celery_executor.BrokerUnavailable as exc:
+            self._give_back(job, exc)
+            return False
+        if self._publish_backoff.succeeded():
+            logger.warning("Consumer %s: the Celery broker takes tasks again.", self.worker_id)
+        with self._cond:
+            running.finished = True
+            timed_out = running.timed_out
+            self._note_run_time(time.monotonic() - began)
+            if not timed_out:
+                self._hand_over(running)
+        if timed_out:
+            logger.warning(
+                "Job %s %s attempt %d was published to Celery after it had timed out; a "
+                "Celery worker finds its claim gone and does nothing [trace %s]",
+                job.pk,
+                job.job_type,
+                job.attempts,
+                job.trace_id,
+            )
+        return timed_out
+
+    def _give_back(self, job: DelayedJob, exc: celery_executor.BrokerUnavailable) -> None:
+        """Return a job the broker did not take to ``scheduled``, its attempt unspent, due
+        again once the back-off is over (the broker is down: nothing is lost meanwhile)."""
+        assert self._publish_backoff is not None
+        wait = self._publish_backoff.failed()
+        logger.warning(
+            "Job %s %s: the Celery broker did not take its task (%s); it goes back without "
+            "spending its attempt, and no task is published for %.1f s [trace %s]",
+            job.pk,
+            job.job_type,
+            exc,
+            wait,
+            job.trace_id,
+        )
+        try:
+            entry = transitions.give_back(
+                job, worker_id=self.worker_id, due=timezone.now() + timedelta(seconds=wait)
+            )
+        except DatabaseError as error:
+            logger.error(
+                "Job %s: could not give it back (%s); it runs again once its lease expires, "
+                "with an attempt spent.",
+                job.pk,
+                error,
+            )
+            return
+        if entry is not None:
+            index_due_soon([entry])  # best effort: the pre-loader re-indexes the row anyway
 
     def _start_clock(self, running: Running) -> None:
         """Start ``running``'s time_to_run as its thread takes it (lock held): from now, or

@@ -1,17 +1,19 @@
 """The Task objects this process knows, by module path: how a stored task name finds code.
 
-A ``django.task`` job row names its task by ``Task.module_path``. That path is looked up
-here and nowhere else: it is never imported (invariant 8 of docs/explanation/design.md).
-The index is filled by importing only modules the project declares, as Celery's
-autodiscovery does:
+A ``django.task`` job row names its task by ``Task.module_path``, as Django's own backends
+store it, and a consumer resolves it as they do, by importing its module, with one limit
+(invariant 8 of docs/explanation/design.md): only a module inside an installed app's
+package, or one a backend lists in ``OPTIONS["MODULES"]``, is ever imported. A row naming
+``os.system`` or a module outside the project's apps imports nothing and fails, saying why.
+
+Discovery fills the index up front, as Celery's autodiscovery does, from
 
 - the ``tasks`` module of every installed app (but delayjobs' own, which holds Celery
   tasks and needs Celery),
 - the modules listed in ``OPTIONS["MODULES"]`` of each DelayJobsBackend in ``TASKS``,
 
-and every Task object found as an attribute of those modules is indexed. ``enqueue()``
-refuses a task that is not found so (``DelayJobsBackend.enqueue``): no consumer could
-run it.
+and a path found in neither is then imported if its module lies in an installed app.
+Every Task object found as an attribute of an imported module is indexed.
 
 Discovery runs on the first lookup that misses, and again on a later miss, at most once
 every ``REDISCOVER_INTERVAL`` seconds: a module that failed to import (the database was
@@ -47,7 +49,12 @@ REDISCOVER_INTERVAL = 5.0
 
 
 class UnregisteredTask(LookupError):
-    """A row names a task path that no declared module defines as a ``@task``."""
+    """A row names a task path that no importable module defines as a ``@task``."""
+
+
+class ForbiddenTaskPath(UnregisteredTask):
+    """A row names a task path outside every installed app: nothing was imported, and no
+    later attempt will import it either."""
 
 
 class TaskIndex:
@@ -66,6 +73,8 @@ class TaskIndex:
         self._failures: dict[str, str] = {}
         #: declared_modules(), computed once (and again when TASKS or INSTALLED_APPS change).
         self._declared: frozenset[str] | None = None
+        #: time.monotonic() when importing an undeclared module of an app last failed.
+        self._import_failed_at: dict[str, float] = {}
 
     def add(self, task: Task) -> None:
         # The first Task object of a path wins: a later copy (task.using(...)) has the
@@ -88,14 +97,45 @@ class TaskIndex:
             return self._tasks.get(path)
 
     def get(self, path: str) -> Task:
-        """The Task whose module path is ``path``; ``UnregisteredTask`` if none is declared."""
+        """The Task whose module path is ``path``, imported if its module lies in an
+        installed app; ``ForbiddenTaskPath`` outside them, ``UnregisteredTask`` if no
+        @task is found there."""
         task = self.find(path)
         if task is None and isinstance(path, str):
             self.discover()
-            task = self.find(path)
+            task = self.find(path) or self._import(path)
         if task is None:
             raise UnregisteredTask(self._unknown_message(path))
         return task
+
+    def _import(self, path: str) -> Task | None:
+        """The @task at ``path``, importing its module, which must be an installed app's
+        (or declared); None if the module does not define one there."""
+        module_name, _dot, attribute = path.rpartition(".")
+        if not (module_name and attribute and importable(module_name)):
+            raise ForbiddenTaskPath(
+                f"Task {path!r} is not in an installed app's package: a consumer imports "
+                f"tasks only from installed apps (and TASKS OPTIONS['MODULES']), never from "
+                f"a path some row names. Nothing was imported."
+            )
+        if self.is_declared(module_name):
+            return None  # discovery imports it, at its own pace
+        with self._lock:
+            failed_at = self._import_failed_at.get(module_name)
+        if failed_at is not None and time.monotonic() - failed_at < self.rediscover_interval:
+            return None  # as discovery: a stream of rows does not re-import every time
+        try:
+            module = import_module(module_name)
+        except Exception as exc:
+            with self._lock:
+                self._failures[module_name] = f"{type(exc).__name__}: {exc}"
+                self._import_failed_at[module_name] = time.monotonic()
+            return None
+        with self._lock:
+            self._failures.pop(module_name, None)
+            self._import_failed_at.pop(module_name, None)
+        self.add_module(module)
+        return self.find(path)
 
     def known(self) -> list[str]:
         with self._lock:
@@ -148,6 +188,7 @@ class TaskIndex:
         with self._discovery_lock, self._lock:
             self._tasks.clear()
             self._failures.clear()
+            self._import_failed_at.clear()
             self._declared = None
             self._discovered_at = None
 
@@ -157,10 +198,19 @@ class TaskIndex:
             failed = sorted(self._failures.items())
         failures = "".join(f" Importing {name} failed: {error}." for name, error in failed)
         return (
-            f"Task {path!r} is not a registered @task; known: {known}. Define it with @task "
-            f"in the 'tasks' module of an installed app, or list its module in the backend's "
-            f"OPTIONS['MODULES'].{failures} (A stored path is never imported.)"
+            f"Task {path!r} is not a registered @task; known: {known}. Define it at module "
+            f"level with @task in a module of an installed app.{failures}"
         )
+
+
+def importable(module_name: str) -> bool:
+    """Whether a consumer may import ``module_name`` to find a task: it is (or is inside)
+    an installed app's package, or a backend lists it in OPTIONS["MODULES"]."""
+    inside_an_app = any(
+        module_name == config.name or module_name.startswith(f"{config.name}.")
+        for config in apps.get_app_configs()
+    )
+    return inside_an_app or module_name in configured_modules()
 
 
 def declared_modules() -> list[str]:

@@ -56,7 +56,7 @@ from delayjobs.task_compat import (
     task_finished,
     task_started,
 )
-from delayjobs.task_index import UnregisteredTask, index
+from delayjobs.task_index import ForbiddenTaskPath, UnregisteredTask, index
 
 if TYPE_CHECKING:
     from django.dispatch import Signal
@@ -188,8 +188,8 @@ class DjangoTaskJob(JobType):
         return sorted(served)
 
     def retry_delay(self, job: DelayedJob, exc: BaseException) -> timedelta | None:
-        if isinstance(exc, TaskRefused):
-            return None
+        if isinstance(exc, TaskRefused | ForbiddenTaskPath):
+            return None  # no later attempt would do otherwise
         if isinstance(exc, UnregisteredTask | UnknownTaskBackend):
             return unregistered_retry_delay(job.attempts)
         return super().retry_delay(job, exc)
@@ -277,7 +277,7 @@ def unavailable_task(*args: Any, **kwargs: Any) -> NoReturn:
     (renamed, removed, or its module failed to import): the result reads from the row."""
     raise UnregisteredTask(
         "This TaskResult's task is not a @task this process knows; its row's payload "
-        "names it. (A stored path is never imported.)"
+        "names it. (Only a module of an installed app is imported to find a task.)"
     )
 
 

@@ -354,6 +354,31 @@ def take_over(
     return DelayedJob.objects.filter(pk=job_id).first()
 
 
+def give_back(job: DelayedJob, *, worker_id: str, due: datetime) -> IndexEntry | None:
+    """``running -> scheduled`` for a claim that never started the job, without spending
+    its attempt; the entry to put back into Redis, or None if the claim is gone.
+
+    For an infrastructure fault between the claim and the start (the Celery broker did
+    not take the task): the job's attempts and history are as if it was never claimed;
+    ``run_at`` stays, so its lateness still counts from its due time. ``due`` is when it
+    should be popped again. Fenced on the very claim, like every transition out of
+    ``running``.
+    """
+    changed = _running([job.pk], job.attempts, worker_id, job.claimed_at).update(
+        status=JobStatus.SCHEDULED,
+        attempts=F("attempts") - 1,
+        worker_id="",
+        lease_expires_at=None,
+    )
+    if not changed:
+        return None
+    job.status = JobStatus.SCHEDULED
+    job.attempts -= 1
+    job.worker_id = ""
+    job.lease_expires_at = None
+    return index_entry(job.pk, job.queue, job.job_type, max(due, job.run_at).timestamp())
+
+
 @dataclass(frozen=True)
 class Outcome:
     """How one execution ended, as decided by the consumer from the job type's policy."""

@@ -45,6 +45,10 @@ def redis_client(_clean_redis: None) -> Iterator[redis.Redis]:
         client.close()
 
 
+#: What a consumer subprocess runs, after ``python``.
+CONSUMER = ("manage.py", "run_delay_consumer")
+
+
 class ConsumerProcess:
     """A ``manage.py run_delay_consumer`` subprocess whose output goes to a log file."""
 
@@ -53,7 +57,7 @@ class ConsumerProcess:
         args: list[str],
         log_path: Path,
         env: dict[str, str],
-        command: tuple[str, ...] = ("manage.py", "run_delay_consumer"),
+        command: tuple[str, ...] = CONSUMER,
     ) -> None:
         self.args = args
         self.log_path = log_path
@@ -129,9 +133,11 @@ def consumer_process(tmp_path: Path) -> Iterator[ConsumerFactory]:
     """
     started: list[ConsumerProcess] = []
 
-    def start(*args: str, env: dict[str, str] | None = None) -> ConsumerProcess:
+    def start(
+        *args: str, env: dict[str, str] | None = None, command: tuple[str, ...] = CONSUMER
+    ) -> ConsumerProcess:
         log_path = tmp_path / f"consumer-{len(started)}.log"
-        consumer = ConsumerProcess(list(args), log_path, subprocess_env(**(env or {})))
+        consumer = ConsumerProcess(list(args), log_path, subprocess_env(**(env or {})), command)
         started.append(consumer)
         return consumer
 

@@ -7,6 +7,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 
 from delayjobs.models import DelayedJob, JobStatus
+from sampleproject.services import RedisServer, free_port
 from tests.conftest import ConsumerProcess
 from tests.models import Execution
 from tests.utils import wait_for
@@ -84,3 +85,24 @@ def executions_per_job() -> Counter[int]:
 def history(job: DelayedJob) -> list[tuple[int, str, str]]:
     """The job's attempt rows as (number, worker, outcome), in order."""
     return list(job.history.order_by("number").values_list("number", "worker_id", "outcome"))
+
+
+class Outage:
+    """A Redis on a fixed port that a test can stop and start again, empty."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.server: RedisServer | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        assert self.server is None
+        self.server = RedisServer(port=self.port).start()
+
+    def stop(self) -> None:
+        assert self.server is not None
+        self.server.stop()
+        self.server = None

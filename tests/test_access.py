@@ -234,9 +234,11 @@ ALLOWED_DYNAMIC_CODE = sorted(
         ("apps.py", "autodiscover_modules(JOB_TYPES_MODULE)"),
         # The Tasks backend's discovery of @task objects: each installed app's "tasks"
         # module and the backends' OPTIONS["MODULES"], names from the project's code and
-        # settings; a path stored in a row is only looked up in what they defined.
+        # settings; and a path stored in a row, imported only if its module lies inside
+        # an installed app's package (task_index.importable).
         ("task_index.py", "from importlib import import_module"),
         ("task_index.py", "import_module(name)"),
+        ("task_index.py", "import_module(module_name)"),
     ]
 )
 

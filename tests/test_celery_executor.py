@@ -9,6 +9,9 @@ arrives after its claim is gone does nothing.
 
 from __future__ import annotations
 
+import json
+import os
+import re
 import signal
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -18,7 +21,9 @@ from pathlib import Path
 
 import pytest
 import redis
+from django.conf import settings as django_settings
 from django.core.management import CommandError, call_command
+from django.db import connection
 from django.test import override_settings
 from django.utils import timezone
 
@@ -30,8 +35,8 @@ from delayjobs.consumer import Consumer
 from delayjobs.jobtypes import registry
 from delayjobs.models import AttemptOutcome, DelayedJob, JobAttempt, JobStatus
 from delayjobs.redis_store import due_key
-from tests.conftest import ConsumerFactory, ConsumerProcess, subprocess_env
-from tests.consumers import wait_final, wait_output
+from tests.conftest import REPO_ROOT, ConsumerFactory, ConsumerProcess, subprocess_env
+from tests.consumers import Outage, statuses, wait_final, wait_output
 from tests.models import Execution
 from tests.utils import wait_for
 
@@ -46,7 +51,7 @@ def celery_worker_process(tmp_path: Path) -> Iterator[Callable[[], ConsumerProce
     """Factory: a real Celery worker subprocess, waited for until it is ready."""
     started: list[ConsumerProcess] = []
 
-    def start() -> ConsumerProcess:
+    def start(command: tuple[str, ...] = CELERY_WORKER, **env: str) -> ConsumerProcess:
         worker = ConsumerProcess(
             # No gossip, mingle or heartbeats: one worker, nothing to meet.
             [
@@ -59,8 +64,8 @@ def celery_worker_process(tmp_path: Path) -> Iterator[Callable[[], ConsumerProce
                 f"--hostname=celery-test-{len(started)}@localhost",
             ],
             tmp_path / f"celery-{len(started)}.log",
-            subprocess_env(),
-            command=CELERY_WORKER,
+            subprocess_env(**env),
+            command=command,
         )
         started.append(worker)
         wait_output(worker, "ready.")
@@ -238,28 +243,178 @@ def test_jobs_wait_in_delayjobs_not_in_the_broker_and_cost_no_attempt(
 
 
 @pytest.mark.subprocess
-def test_a_job_whose_task_cannot_be_published_fails_its_attempt(
+def test_a_consumer_whose_broker_does_not_answer_stops_before_claiming(
     consumer_process: ConsumerFactory,
 ) -> None:
+    job = delayjobs.schedule(SCRIPTED, {"n": 1})
     # A broker nobody listens on: port 9 (discard) on the loopback, refused at once.
     consumer = consumer_process(
-        "--executor",
-        "celery",
-        env={"DELAYJOBS_TEST_CELERY_BROKER": "redis://127.0.0.1:9/1"},
+        "--executor", "celery", env={"DELAYJOBS_TEST_CELERY_BROKER": "redis://127.0.0.1:9/1"}
     )
-    job = delayjobs.schedule(SCRIPTED, {"n": 1})
 
-    wait_final([job.pk], [consumer], timeout=90)
+    assert consumer.wait() != 0
+    output = consumer.output()
+    assert "The broker of Celery app 'sampleproject' at redis://" in output
+    assert "127.0.0.1:9/1 does not answer" in output
+    assert "CELERY_BROKER_URL" in output
     job.refresh_from_db()
-    assert job.status == JobStatus.FAILED  # max_attempts = 3, each one refused
-    attempts = list(JobAttempt.objects.filter(job=job).order_by("number"))
-    assert [a.outcome for a in attempts] == [
-        AttemptOutcome.RETRYING,
-        AttemptOutcome.RETRYING,
-        AttemptOutcome.FAILED,
-    ]
-    assert all("Publishing the Celery task failed" in a.traceback for a in attempts)
-    assert not Execution.objects.exists()
+    assert (job.status, job.attempts) == (JobStatus.SCHEDULED, 0)
+    assert not JobAttempt.objects.exists()
+
+
+# A stranger's project, as Django's and Celery's own guides lay it out ("First steps with
+# Django"): the app in proj/celery.py; proj/__init__.py loads it, or, in a project that
+# skipped that step, does not.
+STRANGER_CELERY = """
+import os
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "proj.settings")
+app = Celery("proj")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks()
+"""
+STRANGER_INIT = """
+from .celery import app as celery_app
+
+__all__ = ("celery_app",)
+"""
+# Its settings reach the tests' database, Redis and broker through the environment.
+STRANGER_SETTINGS = """
+import json
+import os
+
+SECRET_KEY = "a stranger's project"
+USE_TZ = True
+INSTALLED_APPS = ["django.contrib.contenttypes", "django.contrib.auth", "delayjobs", "tests"]
+DATABASES = {"default": json.loads(os.environ["STRANGER_DATABASE"])}
+DELAYJOBS = json.loads(os.environ["STRANGER_DELAYJOBS"])
+CELERY_BROKER_URL = os.environ["STRANGER_BROKER"]
+"""
+
+
+def stranger_project(root: Path, *, loads_its_app: bool) -> dict[str, str]:
+    """Write the project under ``root``; the environment its processes run in."""
+    package = root / "proj"
+    package.mkdir()
+    (package / "__init__.py").write_text(STRANGER_INIT if loads_its_app else "")
+    (package / "celery.py").write_text(STRANGER_CELERY)
+    (package / "settings.py").write_text(STRANGER_SETTINGS)
+    database = {
+        key: connection.settings_dict[key]
+        for key in ("ENGINE", "NAME", "USER", "PASSWORD", "HOST", "PORT", "OPTIONS")
+    }
+    return {
+        "DJANGO_SETTINGS_MODULE": "proj.settings",
+        "PYTHONPATH": os.pathsep.join([str(root), str(REPO_ROOT)]),
+        "STRANGER_DATABASE": json.dumps(database),
+        "STRANGER_DELAYJOBS": json.dumps(django_settings.DELAYJOBS),
+        "STRANGER_BROKER": django_settings.CELERY_BROKER_URL,
+    }
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("loads_its_app", [True, False], ids=["loads-its-app", "does-not"])
+def test_a_project_laid_out_as_celery_documents_it_runs_jobs_in_celery(
+    consumer_process: ConsumerFactory,
+    celery_worker_process: Callable[..., ConsumerProcess],
+    tmp_path: Path,
+    loads_its_app: bool,
+) -> None:
+    env = stranger_project(tmp_path, loads_its_app=loads_its_app)
+    job = delayjobs.schedule(SCRIPTED, {"n": 1})
+    django_admin = ("-m", "django", "run_delay_consumer")
+    if not loads_its_app:
+        # Without --celery-app, this consumer would publish to Celery's default broker.
+        refused = consumer_process("--executor", "celery", env=env, command=django_admin)
+        assert refused.wait() != 0
+        assert "found no Celery app in this process" in refused.output()
+        assert "--celery-app" in refused.output()
+        job.refresh_from_db()
+        assert (job.status, job.attempts) == (JobStatus.SCHEDULED, 0)
+    app_option = () if loads_its_app else ("--celery-app", "proj")
+    worker = celery_worker_process(command=("-m", "celery", "-A", "proj", "worker"), **env)
+    consumer = consumer_process("--executor", "celery", *app_option, env=env, command=django_admin)
+
+    wait_final([job.pk], [consumer, worker])
+    assert history_of(job.pk) == [(1, AttemptOutcome.SUCCEEDED)]
+    (execution,) = Execution.objects.all()
+    assert execution.worker_id.startswith("celery-test-")
+
+
+def test_a_celery_app_option_that_finds_no_app_is_refused() -> None:
+    with pytest.raises(CommandError, match=r"--celery-app 'proj; rm': use a module path"):
+        call_command("run_delay_consumer", executor="celery", celery_app="proj; rm")
+    with pytest.raises(CommandError, match=r"--celery-app 'tests.nowhere': no Celery app found"):
+        call_command("run_delay_consumer", executor="celery", celery_app="tests.nowhere")
+    with pytest.raises(CommandError, match=r"'tests.models:Execution' is ModelBase, not a Celery"):
+        call_command("run_delay_consumer", executor="celery", celery_app="tests.models:Execution")
+    with pytest.raises(CommandError, match=r"--celery-app is for the Celery executor"):
+        call_command("run_delay_consumer", executor="local", celery_app="sampleproject")
+
+
+@pytest.mark.subprocess
+def test_a_broker_that_fails_mid_run_costs_no_attempt_and_loses_nothing(
+    consumer_process: ConsumerFactory,
+    celery_worker_process: Callable[..., ConsumerProcess],
+) -> None:
+    broker = Outage()
+    broker.start()
+    try:
+        env = {"DELAYJOBS_TEST_CELERY_BROKER": broker.url.replace("/0", "/1")}
+        worker = celery_worker_process(**env)
+        consumer = consumer_process("--executor", "celery", "--concurrency", "4", env=env)
+        now = timezone.now()
+        jobs = delayjobs.schedule_many(
+            [
+                {
+                    "job_type": SCRIPTED,
+                    "payload": {"n": n},
+                    "run_at": now + n * timedelta(seconds=0.1),
+                }
+                for n in range(60)
+            ]
+        )
+        ids = [job.pk for job in jobs]
+        succeeded = DelayedJob.objects.filter(pk__in=ids, status=JobStatus.SUCCEEDED)
+        wait_for(lambda: succeeded.count() >= 5, message="no job ran before the broker stopped")
+        broker.stop()
+        wait_output(consumer, "goes back without spending its attempt")
+        # Celery's worker either waits for the broker or, at times, exits on the lost
+        # connection ("Unrecoverable error" from kombu's redis transport, a known class of
+        # bug): then it is started again once the broker is back, as its supervisor would.
+        wait_for(lambda: worker.returncode is not None or "Trying again in" in worker.output())
+        broker.start()  # empty: tasks published before the stop are lost with it
+        if worker.returncode is not None:
+            worker = celery_worker_process(**env)
+        wait_output(consumer, "the Celery broker takes tasks again", timeout=60)
+
+        wait_final(ids, [consumer, worker], timeout=90)
+    finally:
+        if broker.server is not None:
+            broker.stop()
+
+    assert statuses(ids) == {JobStatus.SUCCEEDED: len(ids)}
+    given_back = {
+        int(pk)
+        for pk in re.findall(r"Job (\d+) \S+: the Celery broker did not take", consumer.output())
+    }
+    assert given_back
+    # A job given back never started: its one attempt is the one that ran, after the broker
+    # came back. Only a task lost inside the stopped broker costs an attempt (its lease
+    # expired): that is the at-least-once re-run the lease rules allow, never a failure.
+    for pk in given_back:
+        assert history_of(pk) == [(1, AttemptOutcome.SUCCEEDED)], pk
+    outcomes = Counter(JobAttempt.objects.filter(job_id__in=ids).values_list("outcome", flat=True))
+    assert set(outcomes) <= {AttemptOutcome.SUCCEEDED, AttemptOutcome.LEASE_EXPIRED}
+    assert outcomes[AttemptOutcome.SUCCEEDED] == len(ids)
+
+
+def history_of(pk: int) -> list[tuple[int, str]]:
+    return list(
+        JobAttempt.objects.filter(job_id=pk).order_by("number").values_list("number", "outcome")
+    )
 
 
 def claimed(job: DelayedJob, worker_id: str = "consumer-a") -> DelayedJob:

@@ -20,9 +20,8 @@ from django.utils import timezone
 import delayjobs
 from delayjobs.consumer import Consumer
 from delayjobs.models import DelayedJob
-from sampleproject.services import RedisServer, free_port
 from tests.conftest import ConsumerFactory, ConsumerProcess
-from tests.consumers import check_alive, executions_per_job, wait_final, wait_output
+from tests.consumers import Outage, check_alive, executions_per_job, wait_final, wait_output
 from tests.models import Execution
 from tests.utils import wait_for
 
@@ -30,27 +29,6 @@ pytestmark = [pytest.mark.subprocess, pytest.mark.django_db(transaction=True)]
 
 DOWN = "claiming due jobs from the database"
 BACK = "Redis is back"
-
-
-class Outage:
-    """A Redis on a fixed port that a test can stop and start again, empty."""
-
-    def __init__(self) -> None:
-        self.port = free_port()
-        self.server: RedisServer | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        assert self.server is None
-        self.server = RedisServer(port=self.port).start()
-
-    def stop(self) -> None:
-        assert self.server is not None
-        self.server.stop()
-        self.server = None
 
 
 @pytest.fixture

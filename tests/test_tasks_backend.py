@@ -45,7 +45,13 @@ from delayjobs.task_compat import (
     task_finished,
     task_started,
 )
-from delayjobs.task_index import TaskIndex, UnregisteredTask, declared_modules, index
+from delayjobs.task_index import (
+    ForbiddenTaskPath,
+    TaskIndex,
+    UnregisteredTask,
+    declared_modules,
+    index,
+)
 from delayjobs.task_jobs import (
     EXCEPTION_CLASS_NOTE,
     TASK_JOB_TYPE,
@@ -227,8 +233,6 @@ def test_bad_task_options_are_refused_before_anything_is_written() -> None:
     ("params", "message"),
     [
         ({"QUEUES": ["bad queue"]}, "cannot be delayjobs queues"),
-        # The framework reads [] as "any queue"; consumers would serve none of them.
-        ({"QUEUES": []}, r"QUEUES'\] is empty; list the queues"),
         ({"OPTIONS": {"RETRIES": 3}}, "only MAX_ATTEMPTS, MODULES"),
         ({"OPTIONS": {"MAX_ATTEMPTS": 0}}, "MAX_ATTEMPTS'] must be a positive int"),
         ({"OPTIONS": {"MAX_ATTEMPTS": True}}, "MAX_ATTEMPTS'] must be a positive int"),
@@ -240,6 +244,16 @@ def test_bad_task_options_are_refused_before_anything_is_written() -> None:
 def test_bad_backend_settings_are_refused(params: dict[str, Any], message: str) -> None:
     with pytest.raises(ImproperlyConfigured, match=message):
         DelayJobsBackend("broken", params)
+
+
+@pytest.mark.django_db
+def test_an_empty_queues_allows_any_queue_name() -> None:
+    """Django's contract: QUEUES = [] means any queue."""
+    with override_settings(
+        TASKS={"default": {"BACKEND": "delayjobs.backends.DelayJobsBackend", "QUEUES": []}}
+    ):
+        result = add.using(queue_name="anything-at-all").enqueue(1, 2)
+        assert row(result).queue == "anything-at-all"
 
 
 def test_the_largest_max_attempts_is_accepted() -> None:
@@ -875,10 +889,10 @@ def test_enqueue_refuses_a_task_from_a_module_consumers_do_not_search(
         f"{TASK_IMPORT}\n@task\ndef orphan():\n    return 1\n",
     )
     orphan = __import__(name).orphan
-    with pytest.raises(InvalidTaskCall, match=r"where consumers do not look for tasks") as caught:
+    with pytest.raises(InvalidTaskCall, match=r"outside every installed app") as caught:
         orphan.enqueue()
     message = str(caught.value)
-    assert "'tasks' module of an installed app" in message
+    assert "Move it into an app" in message
     assert f"add '{name}' to TASKS['default']['OPTIONS']['MODULES']" in message
     assert not DelayedJob.objects.exists()
     # Listed in MODULES, it is found by consumers, and accepted.
@@ -979,8 +993,8 @@ def test_a_consumer_fails_rows_naming_unknown_tasks_or_foreign_backends_without_
     for job in (unknown, not_a_task):
         job.refresh_from_db()
         assert job.status == JobStatus.FAILED
-        assert "is not a registered @task; known: " in job.last_error
-        assert "tests.tasks.add" in job.last_error
+        assert job.last_error.startswith("ForbiddenTaskPath: ")
+        assert "is not in an installed app's package" in job.last_error
     foreign.refresh_from_db()
     # Refused, and not retried: waiting does not make the row runnable.
     assert (foreign.status, foreign.attempts) == (JobStatus.FAILED, 1)
@@ -1138,3 +1152,38 @@ def test_consumers_without_queue_options_serve_every_queue_the_backends_allow() 
         assert "reports" in registry.get("django.task").queues_served()
         assert "reports" in Consumer(burst=True).queues
     assert "reports" not in registry.queues()
+
+
+# Resolution by module path, within the installed apps ---------------------------------
+
+
+@pytest.mark.django_db(transaction=True)  # run_claimed closes old connections, as per job
+def test_a_task_in_any_module_of_an_installed_app_is_imported_by_its_path() -> None:
+    """A consumer that never imported tests.task_functions (no ``tasks`` module, not in
+    MODULES) imports it to run the task the row names, as Django's backends do."""
+    from tests.task_functions import multiply
+
+    result = multiply.enqueue(6, 7)
+    job = row(result)
+    sys.modules.pop("tests.task_functions")  # a fresh consumer process has not imported it
+    index.reset()
+    job.status, job.attempts, job.worker_id = JobStatus.RUNNING, 1, "w"
+    outcome = run_claimed(job, "w")
+    assert "tests.task_functions" in sys.modules
+    assert (outcome.error, outcome.result) == ("", 42)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("path", ["os.system", "subprocess.run", f"{MARKER_MODULE}.evil"])
+def test_a_path_outside_every_installed_app_imports_nothing_and_fails_without_retry(
+    marker_module: Path, path: str
+) -> None:
+    sys.modules.pop("subprocess_not_loaded_marker", None)
+    job = forged(path, max_attempts=5)
+    job.status, job.attempts, job.worker_id = JobStatus.RUNNING, 1, "w"
+    with pytest.raises(ForbiddenTaskPath, match="not in an installed app's package") as caught:
+        registry.get(TASK_JOB_TYPE).execute(job)
+    assert "Nothing was imported" in str(caught.value)
+    assert not marker_module.exists(), f"{path} imported its module"
+    assert MARKER_MODULE not in sys.modules
+    assert retry_at_after(job, caught.value) is None, "no later attempt would do otherwise"

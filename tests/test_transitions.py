@@ -12,6 +12,7 @@ import delayjobs
 from delayjobs import transitions
 from delayjobs.jobtypes import registry
 from delayjobs.models import AttemptOutcome, DelayedJob, JobAttempt, JobStatus
+from delayjobs.redis_store import index_entry
 from delayjobs.transitions import Outcome, claim, reap_expired_leases, record_outcomes
 from tests.utils import row_locked
 
@@ -445,6 +446,40 @@ def test_outcome_from_another_worker_with_the_same_attempt_number_is_fenced():
 
 
 # reap_expired_leases() ---------------------------------------------------------------
+
+
+# give_back() -------------------------------------------------------------------------
+
+
+def test_give_back_returns_a_claim_unspent_and_only_that_very_claim():
+    job = due_job()
+    (first,) = claim_as("worker-a", [job.pk])
+    later = timezone.now() + timedelta(seconds=2)
+    # Not this claim: another worker, or the same worker's earlier claim time.
+    assert (
+        transitions.give_back(DelayedJob.objects.get(pk=job.pk), worker_id="b", due=later) is None
+    )
+    stale = DelayedJob.objects.get(pk=job.pk)
+    stale.claimed_at = first.claimed_at - timedelta(microseconds=1)
+    assert transitions.give_back(stale, worker_id="worker-a", due=later) is None
+    assert DelayedJob.objects.get(pk=job.pk).status == JobStatus.RUNNING
+
+    entry = transitions.give_back(first, worker_id="worker-a", due=later)
+
+    assert entry == index_entry(job.pk, "default", "tests.scripted", later.timestamp())
+    row = DelayedJob.objects.get(pk=job.pk)
+    assert (row.status, row.attempts, row.worker_id, row.lease_expires_at) == (
+        JobStatus.SCHEDULED,
+        0,
+        "",
+        None,
+    )
+    assert row.run_at == job.run_at  # its lateness still counts from its due time
+    assert not JobAttempt.objects.exists()
+    assert transitions.give_back(first, worker_id="worker-a", due=later) is None
+    # The next claim is attempt 1 again.
+    (again,) = claim_as("worker-a", [job.pk])
+    assert again.attempts == 1
 
 
 def test_reap_returns_an_expired_job_to_scheduled_counting_the_attempt():

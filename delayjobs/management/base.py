@@ -75,6 +75,20 @@ def executor(value: object) -> str:
     return str(value)
 
 
+#: What `celery -A` takes: a dotted module path, optionally ":attribute.path".
+CELERY_APP_PATTERN = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*(:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*)?")
+
+
+def celery_app(value: object) -> str:
+    """--celery-app: where the Celery app is, as ``celery -A`` takes it."""
+    if not isinstance(value, str) or not CELERY_APP_PATTERN.fullmatch(value):
+        raise ArgumentTypeError(
+            f"use a module path, optionally with ':attribute', as for celery -A (proj, "
+            f"proj.celery:app), got {shown(value)}"
+        )
+    return value
+
+
 def duration(value: object) -> timedelta:
     """--older-than: a whole number and a unit, as in 90s, 30m, 12h or 14d."""
     match = DURATION_PATTERN.fullmatch(value) if isinstance(value, str) else None

@@ -57,6 +57,14 @@ class Command(BaseCommand):
             "Celery task per job, run by your Celery workers). Default: "
             "DELAYJOBS['EXECUTOR'], 'local'.",
         )
+        parser.add_argument(
+            "--celery-app",
+            default=None,
+            metavar="MODULE[:ATTRIBUTE]",
+            help="With --executor celery: the Celery app to publish with, as `celery -A` "
+            "takes it (e.g. proj, proj.celery:app). Default: the app your project loads "
+            "when Django starts, as Celery's Django guide sets it up.",
+        )
 
     def handle(
         self,
@@ -68,6 +76,7 @@ class Command(BaseCommand):
         preload: bool,
         worker_id: str | None,
         executor: str | None = None,
+        celery_app: str | None = None,
         **options: Any,
     ) -> None:
         # Checked here, not (only) by argparse: call_command passes keyword options unparsed.
@@ -97,6 +106,9 @@ class Command(BaseCommand):
             "executor": checked(
                 "--executor", base.executor, settings.EXECUTOR if executor is None else executor
             ),
+            "celery_app": None
+            if celery_app is None
+            else checked(f"--celery-app {base.shown(celery_app)}", base.celery_app, celery_app),
         }
         configure_logging(verbosity, self.stdout)
         try:
