@@ -8,7 +8,7 @@ import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 from django import forms
 from django.contrib import admin, messages
@@ -31,6 +31,7 @@ from django.utils.translation import gettext_lazy as _
 
 from delayjobs import api, pauses
 from delayjobs.admin_lookups import NulRefusingChangeList, RefusesNulInLists
+from delayjobs.db import verbose_name
 from delayjobs.display import format_duration, format_precise_time, format_time
 from delayjobs.exceptions import DelayJobsError, InvalidJob
 from delayjobs.jobtypes import registry
@@ -45,7 +46,7 @@ from delayjobs.models import (
 )
 
 #: Badge colours (background) of each status; white text reads on all of them.
-STATUS_COLOURS = {
+STATUS_COLOURS: dict[str, str] = {
     JobStatus.SCHEDULED: "#417690",
     JobStatus.RUNNING: "#b06d00",
     JobStatus.SUCCEEDED: "#2e7d32",
@@ -118,7 +119,7 @@ def moment_column(
     to the second in lists, to the millisecond (``precise``) on one job's page."""
     show = format_precise_time if precise else format_time
 
-    @admin.display(description=model._meta.get_field(field).verbose_name, ordering=field)
+    @admin.display(description=verbose_name(model, field), ordering=field)
     def column(model_admin: Any, obj: Any) -> str:
         return show(getattr(obj, field))
 
@@ -276,7 +277,9 @@ def attach_objects(jobs: Iterable[DelayedJob]) -> None:
         if job.content_type_id is not None:
             by_type[job.content_type_id].append(job)
     for linked in by_type.values():
-        model = linked[0].content_type.model_class()
+        content_type = linked[0].content_type
+        assert content_type is not None  # only jobs with a content_type_id are here
+        model = content_type.model_class()
         keys: dict[DelayedJob, Any] = {}
         for job in linked:
             try:
@@ -368,7 +371,9 @@ class DelayedJobAdmin(ReadOnlyMixin, admin.ModelAdmin):
         (_("Tracing"), {"fields": ("created", "trace_id")}),
     )
     # Everything is shown, nothing is edited: state changes go through the actions.
-    readonly_fields = tuple(name for _title, options in fieldsets for name in options["fields"])
+    readonly_fields = tuple(
+        cast(str, name) for _title, options in fieldsets for name in options["fields"]
+    )
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[DelayedJob]:
         return with_paused_flag(super().get_queryset(request), paused_now(request))
@@ -701,7 +706,7 @@ class PauseForm(forms.ModelForm):
         ) % {"types": ", ".join(registry.names()) or "-", "queues": ", ".join(registry.queues())}
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        data = super().clean() or self.cleaned_data
         kind, name = data.get("kind"), data.get("name")
         if not kind or not name:
             return data
@@ -731,10 +736,10 @@ class PauseAdmin(RefusesNulInLists, admin.ModelAdmin):
     # Bulk deletion would bypass pauses.resume (and the actions' own permissions).
     actions = None
 
-    def get_fields(self, request: HttpRequest, obj: Pause | None = None) -> list[str]:
+    def get_fields(self, request: HttpRequest, obj: Pause | None = None) -> tuple[str, ...]:
         if obj is None:
-            return ["kind", "name"]
-        return ["kind", "name", "paused_at", "paused_by"]
+            return ("kind", "name")
+        return ("kind", "name", "paused_at", "paused_by")
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         # A pause is on or off: there is nothing to edit.

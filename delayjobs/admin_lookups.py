@@ -17,7 +17,7 @@ from django.http import HttpRequest
 
 
 class NulRefusingChangeList(ChangeList):
-    def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> QuerySet:
+    def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> QuerySet[Any]:
         if any("\x00" in name or "\x00" in value for name, value in _query_items(request)):
             raise IncorrectLookupParameters("A NUL character in the query.")
         return super().get_queryset(request, exclude_parameters)

@@ -22,13 +22,14 @@ from delayjobs import signals, transitions
 from delayjobs.bulk import insert_jobs
 from delayjobs.conf import DEFAULTS
 from delayjobs.conf import settings as conf
+from delayjobs.db import max_length
 from delayjobs.exceptions import DuplicateJob, InvalidJob, InvalidTransition, JobNotFound
 from delayjobs.handoff import index_on_commit, unindex_on_commit
 from delayjobs.jobtypes import MAX_LATENESS, MIN_LATENESS, QUEUE_PATTERN, JobType, registry
 from delayjobs.models import DelayedJob, JobStatus, jobs_database
 from delayjobs.redis_store import IndexEntry, index_entry
 
-KEY_MAX_LENGTH = DelayedJob._meta.get_field("key").max_length
+KEY_MAX_LENGTH = max_length(DelayedJob, "key")
 #: The largest value of a PositiveIntegerField on PostgreSQL (integer) and MySQL; SQLite
 #: would take more, but a row must be valid on every database.
 MAX_ATTEMPTS_LIMIT = 2**31 - 1
@@ -50,7 +51,7 @@ SPEC_FIELDS = frozenset(
         "priority",
     }
 )
-OBJECT_ID_MAX_LENGTH = DelayedJob._meta.get_field("object_id").max_length
+OBJECT_ID_MAX_LENGTH = max_length(DelayedJob, "object_id")
 
 
 @dataclass(frozen=True)
@@ -321,6 +322,7 @@ def nesting_depth(value: Any, limit: int) -> int:
     deepest, stack = 0, [(value, 1)]
     while stack:
         item, depth = stack.pop()
+        children: Iterable[Any]
         if isinstance(item, dict):
             children = item.values()
         elif isinstance(item, list | tuple):
@@ -585,7 +587,7 @@ def _raise_if_key_taken(keys: list[str], using: str) -> None:
     holders = DelayedJob.objects.using(using).active().filter(key__in=keys)
     taken = holders.values_list("key", "pk").first()
     if taken is not None:
-        raise DuplicateJob(taken[0], taken[1]) from None
+        raise DuplicateJob(taken[0] or "", taken[1]) from None
 
 
 # Helpers ----------------------------------------------------------------------------
@@ -615,7 +617,7 @@ def _on_commit_scheduled(jobs: list[DelayedJob], using: str, *, moved: bool = Fa
     index_on_commit([_entry(job) for job in jobs], using, moved=moved)
     if jobs and signals.job_scheduled.has_listeners(DelayedJob):
         transaction.on_commit(
-            lambda: [signals.send(signals.job_scheduled, job) for job in jobs],
+            lambda: signals.send_each(signals.job_scheduled, jobs),
             using=using,
             robust=True,
         )

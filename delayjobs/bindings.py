@@ -61,6 +61,7 @@ import logging
 import sys
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
+from types import FrameType
 from typing import Any, NamedTuple
 
 from django.core import checks
@@ -86,9 +87,10 @@ from delayjobs.api import (
     normalize_payload,
     schedule,
 )
+from delayjobs.db import attname
 from delayjobs.exceptions import DuplicateJob, InvalidJob, UnknownJobType
 from delayjobs.jobtypes import NAME_PATTERN, JobType, registry
-from delayjobs.models import DelayedJob, JobStatus
+from delayjobs.models import DelayedJob, DelayedJobQuerySet, JobStatus
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +143,7 @@ class Binding:
     def __init__(
         self,
         model: type[models.Model],
-        field: models.DateTimeField,
+        field: models.DateTimeField[Any, Any],
         job_type: str | type[JobType],
         offset: Offset,
         when: Callable[[Any], bool] | None,
@@ -168,7 +170,7 @@ class Binding:
             else frozenset(
                 name
                 for field_name in depends_on
-                for name in (field_name, model._meta.get_field(field_name).attname)
+                for name in (field_name, attname(model, field_name))
             )
         )
         self.label = f"{model._meta.label_lower}.{field.name}->{self.job_type_name}"
@@ -192,7 +194,7 @@ class Binding:
         head = key[: KEY_MAX_LENGTH - len(digest) - 1].replace("\x00", "")
         return f"{head}#{digest}"
 
-    def jobs_for(self, instance: models.Model) -> models.QuerySet[DelayedJob]:
+    def jobs_for(self, instance: models.Model) -> DelayedJobQuerySet:
         """Every job this binding scheduled for ``instance``, newest first."""
         return DelayedJob.objects.filter(key=self.key_for(instance)).order_by("-pk")
 
@@ -471,7 +473,7 @@ def _identity(model: type[models.Model], job_type: str) -> tuple[str, str]:
     return (model._meta.label_lower, job_type)
 
 
-def _datetime_field(model: type[models.Model], name: Any) -> models.DateTimeField:
+def _datetime_field(model: type[models.Model], name: Any) -> models.DateTimeField[Any, Any]:
     datetime_fields = [
         f.name for f in model._meta.concrete_fields if isinstance(f, models.DateTimeField)
     ]
@@ -507,7 +509,7 @@ def _job_type_name(job_type: Any) -> str:
 def _depends_on(
     model: type[models.Model],
     label: str,
-    bound_field: models.DateTimeField,
+    bound_field: models.DateTimeField[Any, Any],
     names: Iterable[str] | None,
 ) -> frozenset[str] | None:
     """The field names ``depends_on`` declares, checked, with the bound field's."""
@@ -715,7 +717,7 @@ def _save_depth() -> int:
     them can be of a save still under way around it), so a post_save only ever finds the
     entry its own pre_save left."""
     depth = 0
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         depth += 1
         frame = frame.f_back

@@ -15,7 +15,7 @@ from operator import attrgetter
 from django.db import connections
 from django.db.models import JSONField
 
-from delayjobs.db import is_psycopg3
+from delayjobs.db import column, is_psycopg3
 from delayjobs.models import DelayedJob, JobAttempt
 
 BULK_CREATE_BATCH = 500
@@ -56,7 +56,7 @@ def insert_attempts(rows: Sequence[tuple[object, ...]], using: str) -> None:
     if connection.vendor == "postgresql" and is_psycopg3():
         meta = JobAttempt._meta
         quote = connection.ops.quote_name
-        columns = ", ".join(quote(meta.get_field(name).column) for name in ATTEMPT_FIELDS)
+        columns = ", ".join(quote(column(JobAttempt, name)) for name in ATTEMPT_FIELDS)
         with (
             connection.cursor() as cursor,
             connection.wrap_database_errors,

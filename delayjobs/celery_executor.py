@@ -67,7 +67,7 @@ class BrokerUnavailable(Exception):
 #: consumer gives up: seconds, not the minutes Celery itself would keep retrying.
 BROKER_CHECK_RETRIES = 2
 BROKER_CHECK_INTERVAL = 0.5
-BROKER_CHECK_TIMEOUT = 3.0
+BROKER_CHECK_TIMEOUT = 3
 #: After a failed publish, no task is published for this long, doubling with each
 #: further failure up to PUBLISH_BACKOFF_MAX; a publish that works resets it.
 PUBLISH_BACKOFF_FIRST = 0.5
@@ -123,7 +123,7 @@ def _loaded_app() -> Celery:
 
     # Private to Celery, but the one way to tell an app the project created from the
     # fallback Celery makes up on first use, which publishes to amqp://localhost.
-    app = _state._tls.current_app or _state.default_app
+    app = _state._tls.current_app or _state.default_app  # type: ignore[attr-defined]
     if app is None or (app.main == "default" and not app.set_as_current):
         raise ImproperlyConfigured(
             "The Celery executor found no Celery app in this process, so every job would be "
@@ -140,8 +140,9 @@ def _check_broker(app: Celery) -> None:
     try:
         connection.ensure_connection(
             max_retries=BROKER_CHECK_RETRIES,
-            interval_start=BROKER_CHECK_INTERVAL,
-            interval_step=BROKER_CHECK_INTERVAL,
+            # kombu's stubs say int; kombu takes any number of seconds.
+            interval_start=BROKER_CHECK_INTERVAL,  # type: ignore[arg-type]
+            interval_step=BROKER_CHECK_INTERVAL,  # type: ignore[arg-type]
             timeout=BROKER_CHECK_TIMEOUT,
         )
     except Exception as exc:  # kombu's errors vary by transport; all mean "no broker"
@@ -165,7 +166,7 @@ def dispatch(job: DelayedJob, claimed_by: str) -> None:
     assert job.claimed_at is not None  # set by the claim, which it fences
     try:
         execute.apply_async(
-            args=[job.pk, job.attempts, claimed_by, job.claimed_at.isoformat()],
+            args=(job.pk, job.attempts, claimed_by, job.claimed_at.isoformat()),
             # Past its lease the claim is void anyway: a stale message is not worth running.
             expires=time_to_run_of(job).total_seconds(),
         )

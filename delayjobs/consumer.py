@@ -301,7 +301,7 @@ class Consumer(DatabaseMode, TimeOuts):
                 if handover_wait is not None:
                     next_timeout = min(next_timeout or handover_wait, handover_wait)
                 self._refresh_pauses()
-                wait = self._broker_wait()
+                wait: float | None = self._broker_wait()
                 if not wait:
                     wait = self._database_turn() if self._database_mode else self._redis_turn()
                 self._database_recovered()

@@ -16,6 +16,7 @@ from redis import RedisError
 
 from delayjobs import preloader, transitions
 from delayjobs.conf import settings
+from delayjobs.consumer_state import ConsumerState
 from delayjobs.execution import LOCKED_RETRY
 from delayjobs.jobtypes import JobType
 from delayjobs.models import DelayedJob
@@ -28,7 +29,7 @@ logger = logging.getLogger("delayjobs.consumer")
 REDIS_RETURN_BACKOFF = 5.0
 
 
-class DatabaseMode:
+class DatabaseMode(ConsumerState):
     """Mixed into ``Consumer``, whose state (slots, pauses, store, queues) it uses."""
 
     def _database_turn(self) -> float | None:

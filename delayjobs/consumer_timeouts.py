@@ -19,6 +19,7 @@ from types import FrameType
 
 from django.utils import timezone
 
+from delayjobs.consumer_state import ConsumerState
 from delayjobs.exceptions import JobTimeout
 from delayjobs.execution import (
     Running,
@@ -41,7 +42,7 @@ EXIT_STUCK = 3
 DRAIN_WAIT = 1.0
 
 
-class TimeOuts:
+class TimeOuts(ConsumerState):
     """Mixed into ``Consumer``, whose state (running jobs, slots, recorder) it uses."""
 
     def _time_out_overdue(self) -> float | None:

@@ -5,14 +5,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from functools import cache
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models import Model, QuerySet
+from django.db.models import Field, Model, QuerySet
 from django.db.models.base import ModelState
 from django.db.models.signals import post_init, pre_init
 from django.db.models.sql import Query, UpdateQuery
+
+if TYPE_CHECKING:
+    from django.utils.functional import _StrOrPromise
 
 M = TypeVar("M", bound=Model)
 
@@ -53,7 +56,7 @@ def update_returning(queryset: QuerySet[M], **changes: Any) -> list[M] | None:
     connection = connections[queryset.db]
     if not supports_update_returning(connection):
         return None
-    query = queryset.query.chain(UpdateQuery)
+    query = cast(UpdateQuery, queryset.query.chain(UpdateQuery))
     query.add_update_values(changes)
     sql, params = query.get_compiler(queryset.db).as_sql()
     if not sql:
@@ -141,7 +144,7 @@ def _load_utc_timestamps_fast(cursor: Any) -> None:
 
 @cache
 def _fast_utc_loader(base: type) -> type:
-    class FastUtcLoader(base):  # type: ignore[misc, valid-type]
+    class FastUtcLoader(base):
         def load(self, data: Any) -> datetime:
             text = bytes(data)
             if text.endswith(b"+00"):
@@ -152,3 +155,32 @@ def _fast_utc_loader(base: type) -> type:
             return super().load(data)
 
     return FastUtcLoader
+
+
+def concrete_field(model: type[Model], name: str) -> Field[Any, Any]:
+    """A model's concrete field by name (not a relation's reverse side, nor a generic key)."""
+    field = model._meta.get_field(name)
+    assert isinstance(field, Field), f"{model.__name__}.{name} is not a concrete field"
+    return field
+
+
+def column(model: type[Model], name: str) -> str:
+    """The database column of a field, for hand-written SQL."""
+    return concrete_field(model, name).column
+
+
+def attname(model: type[Model], name: str) -> str:
+    """The attribute a field's value is stored under ("room_id" for "room")."""
+    return concrete_field(model, name).attname
+
+
+def verbose_name(model: type[Model], name: str) -> _StrOrPromise:
+    """A field's verbose name, for headings: lazy, translated when shown."""
+    return concrete_field(model, name).verbose_name
+
+
+def max_length(model: type[Model], name: str) -> int:
+    """A text field's max_length, to refuse longer input before it reaches the database."""
+    length = concrete_field(model, name).max_length
+    assert length is not None, f"{model.__name__}.{name} has no max_length"
+    return length

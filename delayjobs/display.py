@@ -29,7 +29,7 @@ def format_duration(value: timedelta | None) -> str:
     elif seconds < 60:
         text = f"{seconds:.1f} s"
     else:
-        whole, parts = int(seconds), []
+        whole, parts = int(seconds), list[tuple[int, str]]()
         for name, size in UNITS:
             count, whole = divmod(whole, size)
             if count or parts:

@@ -229,8 +229,9 @@ class DelayedJob(models.Model):
         Positional construction skips Model.__init__'s per-keyword work; every field not
         given takes its own default, exactly as with keywords.
         """
+        # The stubs know keyword construction only; positional is Django's own fast path.
         return cls(
-            *[
+            *[  # type: ignore[misc]
                 values[name] if name in values else (default() if call else default)
                 for name, default, call in _defaults()
             ]

@@ -20,7 +20,7 @@ import threading
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
 import redis
 from django.core.signals import setting_changed
@@ -291,7 +291,10 @@ class RedisStore:
         """Every id and score of a queue (for tests and diagnostics; O(n))."""
         return {
             int(_decode(member)): score
-            for member, score in self.client.zrange(due_key(queue), 0, -1, withscores=True)
+            for member, score in cast(
+                "list[tuple[bytes, float]]",
+                self.client.zrange(due_key(queue), 0, -1, withscores=True),
+            )
         }
 
     @contextmanager

@@ -23,6 +23,7 @@ is written (in batches, moments later).
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from typing import Any
 
 from django.dispatch import Signal
@@ -55,3 +56,9 @@ def send(signal: Signal, job: Any, **kwargs: Any) -> None:
                 job.pk,
                 exc_info=result,
             )
+
+
+def send_each(signal: Signal, jobs: Iterable[Any]) -> None:
+    """``send`` for each of ``jobs``, in order."""
+    for job in jobs:
+        send(signal, job)

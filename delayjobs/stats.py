@@ -349,8 +349,16 @@ def _consumers(now: datetime) -> tuple[list[LiveConsumer], list[RunningJob]]:
     for row in rows[:RUNNING_LIMIT]:
         # A running job's execution start is written with its outcome: its claim, a few
         # milliseconds earlier at most, tells since when it runs.
-        row["started_at"] = row.pop("claimed_at")
-        running[row["worker_id"]].append(RunningJob(**row))
+        running[row["worker_id"]].append(
+            RunningJob(
+                id=row["id"],
+                job_type=row["job_type"],
+                queue=row["queue"],
+                worker_id=row["worker_id"],
+                started_at=row["claimed_at"],
+                lease_expires_at=row["lease_expires_at"],
+            )
+        )
     consumers = [
         LiveConsumer(**consumer, running=running.pop(consumer["worker_id"], []))
         for consumer in live

@@ -35,6 +35,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from django.conf import settings
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from delayjobs.api import storable_json
@@ -307,7 +308,7 @@ def on_backend(
     return make(backend=alias, **options[-1])
 
 
-def attempts_of(job: DelayedJob) -> Sequence[JobAttempt]:
+def attempts_of(job: DelayedJob) -> QuerySet[JobAttempt]:
     return JobAttempt.objects.filter(job_id=job.pk).order_by("number", "started_at", "id")
 
 
@@ -394,12 +395,12 @@ def attempt_error(attempt: JobAttempt) -> TaskError | None:
     if outcome in (AttemptOutcome.RETRYING, AttemptOutcome.FAILED):
         path = noted_exception_class(attempt.traceback) or _guess_class_path(attempt.error)
         return task_error(path, attempt.traceback or attempt.error)
-    stand_in = {
+    stand_in: type[Exception] = {
         AttemptOutcome.TIMED_OUT: JobTimeout,
         AttemptOutcome.LEASE_EXPIRED: TaskWorkerLost,
         AttemptOutcome.SKIPPED: TaskSkipped,
         AttemptOutcome.EXPIRED: TaskExpired,
-    }.get(outcome, TaskWorkerLost)
+    }.get(AttemptOutcome(outcome), TaskWorkerLost)
     text = "\n".join(part for part in (attempt.error, attempt.traceback) if part)
     return task_error(_class_path(stand_in), text or outcome)
 

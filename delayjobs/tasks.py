@@ -34,7 +34,9 @@ def preload() -> dict[str, Any]:
 
 
 @shared_task(name="delayjobs.tasks.execute", bind=True, ignore_result=True)
-def execute(task: Task, job_id: int, attempt: int, claimed_by: str, claimed_at: str) -> str:
+def execute(
+    task: Task[Any, str], job_id: int, attempt: int, claimed_by: str, claimed_at: str
+) -> str:
     """Run one job claimed by a consumer; its outcome goes to the job's rows, not here.
 
     No Celery retries (the job type's policy retries, through the row) and no late ack:

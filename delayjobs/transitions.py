@@ -33,7 +33,7 @@ from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from delayjobs.bulk import insert_attempts
-from delayjobs.db import fetch_models, update_returning
+from delayjobs.db import column, fetch_models, update_returning
 from delayjobs.exceptions import DuplicateJob, InvalidTransition
 from delayjobs.models import (
     RETRYABLE_STATUSES,
@@ -111,10 +111,10 @@ def _claim_skipping_locked(
     quote = connections[database].ops.quote_name
     table = quote(meta.db_table)
     pauses = quote(Pause._meta.db_table)
-    pause_kind = quote(Pause._meta.get_field("kind").column)
-    pause_name = quote(Pause._meta.get_field("name").column)
+    pause_kind = quote(column(Pause, "kind"))
+    pause_name = quote(column(Pause, "name"))
     pk = quote(meta.pk.column)
-    c = {name: quote(meta.get_field(name).column) for name in _CLAIM_COLUMNS}
+    c = {name: quote(column(DelayedJob, name)) for name in _CLAIM_COLUMNS}
     # The lease runs from the claim or, for a job claimed ahead, from its run_at (see
     # lease_start): the default time to run, or its type's own where it has one.
     time_to_run = "%s::interval"
@@ -559,6 +559,7 @@ def reap_expired_leases(now: datetime, limit: int = 1000) -> list[IndexEntry]:
     expired = DelayedJob.objects.lease_expired(now).order_by("lease_expires_at")[:limit]
     for job in expired:
         exhausted = job.max_attempts is not None and job.attempts >= job.max_attempts
+        assert job.lease_expires_at is not None  # lease_expired() selects only such rows
         error = (
             f"Lease expired at {job.lease_expires_at.isoformat()} while worker "
             f"{job.worker_id!r} ran attempt {job.attempts}; the worker probably died."

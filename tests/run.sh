@@ -80,6 +80,13 @@ header "ruff"
 "$VENV/bin/ruff" check .
 "$VENV/bin/ruff" format --check .
 
+# The package ships py.typed: it must type-check, with the stubs of the Django it is
+# checked against (django-stubs 5.2, from the test extra), so only on Django 5.2.
+if "$VENV/bin/python" -c 'import django, sys; sys.exit(django.VERSION[:2] != (5, 2))'; then
+    header "mypy (django-stubs)"
+    "$VENV/bin/mypy"
+fi
+
 header "Migrations are up to date"
 DJANGO_SETTINGS_MODULE=tests.settings "$VENV/bin/python" manage.py makemigrations --check --dry-run
 

@@ -60,7 +60,7 @@ class JobTypesField(forms.JSONField):
             return InvalidJSONInput(data)
 
 
-def clean_key_job_types(form: forms.ModelForm, editor: Any) -> list[str]:
+def clean_key_job_types(form: forms.ModelForm[ApiKey], editor: Any) -> list[str]:
     """The key's private job types, if ``editor`` may set them: a superuser only, since a
     key with a list may schedule job types no other key can."""
     names = form.cleaned_data.get("job_types") or []

@@ -19,6 +19,7 @@ from django.urls import reverse
 from django.utils.translation import gettext
 
 from delayjobs import api
+from delayjobs.db import max_length
 from delayjobs.exceptions import InvalidTransition, JobNotFound
 from delayjobs.http import permissions
 from delayjobs.http.errors import ApiError
@@ -135,7 +136,7 @@ def _public_job_types() -> Schema:
     return {**schema, "enum": public} if public else schema
 
 
-JOB_TYPE_MAX_LENGTH = DelayedJob._meta.get_field("job_type").max_length
+JOB_TYPE_MAX_LENGTH = max_length(DelayedJob, "job_type")
 #: A job type's name: one of the public ones, as the document lists them.
 JOB_TYPE = Kind(_public_job_types, STRING.convert)
 

@@ -21,6 +21,7 @@ from django.db import IntegrityError, router, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from delayjobs.db import max_length
 from delayjobs.jobtypes import registry
 from delayjobs.models import ApiKey
 
@@ -31,7 +32,7 @@ SECRET_BYTES = 32
 #: last_used_at is written at most this often per key: a busy service would otherwise
 #: write the key's row on every request.
 TOUCH_INTERVAL = timedelta(minutes=1)
-NAME_MAX_LENGTH = ApiKey._meta.get_field("name").max_length
+NAME_MAX_LENGTH = max_length(ApiKey, "name")
 #: The whole shape of a key: checked before any query, so that junk in a header (a NUL,
 #: non-ASCII text, a prefix longer than the column) is refused without reaching the
 #: database, which may not even accept it as a parameter (PostgreSQL refuses NUL).

@@ -55,7 +55,7 @@ def job_json(job: DelayedJob, history: Iterable[JobAttempt] | None = None) -> di
     return data
 
 
-def object_json(job: DelayedJob) -> dict[str, str] | None:
+def object_json(job: DelayedJob) -> dict[str, str | None] | None:
     if job.content_type_id is None:
         return None
     # content_type is cached per id by ContentType's manager: no query per job.

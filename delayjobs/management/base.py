@@ -14,17 +14,18 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, TextIO, TypeVar
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, OutputWrapper
 
 from delayjobs import pauses
 from delayjobs.checks import MAX_CONCURRENCY
 from delayjobs.conf import EXECUTORS
+from delayjobs.db import max_length
 from delayjobs.exceptions import InvalidJob
 from delayjobs.jobtypes import QUEUE_PATTERN
 from delayjobs.models import ACTIVE_STATUSES, DelayedJob, JobStatus
 
 LEVELS = {0: logging.ERROR, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
-WORKER_ID_MAX_LENGTH = DelayedJob._meta.get_field("worker_id").max_length
+WORKER_ID_MAX_LENGTH = max_length(DelayedJob, "worker_id")
 
 T = TypeVar("T")
 
@@ -161,7 +162,7 @@ def shown(value: object, width: int = 80) -> str:
     return text if len(text) <= width else f"{text[: width - 3]}..."
 
 
-def configure_logging(verbosity: int, stream: TextIO) -> None:
+def configure_logging(verbosity: int, stream: TextIO | OutputWrapper) -> None:
     """Show delayjobs' log lines on the command's output, unless LOGGING already does."""
     logger = logging.getLogger("delayjobs")
     if logger.handlers or logging.getLogger().handlers:

@@ -4,6 +4,7 @@ import gc
 import signal
 import sys
 from argparse import ArgumentParser
+from functools import partial
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -94,25 +95,27 @@ class Command(BaseCommand):
             # call_command skips the system checks, so delayjobs.E007 may not have run.
             setting = settings.CONCURRENCY
             concurrency = checked("DELAYJOBS['CONCURRENCY']", base.concurrency, setting)
-        consumer_options = {
-            "queues": queues
+        # Every option is checked before the consumer is built: a CommandError names it.
+        new_consumer = partial(
+            Consumer,
+            queues=queues
             and [checked(f"--queue {base.shown(q)}", base.queue_name, q) for q in queues],
-            "concurrency": checked("--concurrency", base.concurrency, concurrency),
-            "burst": flag("--burst", burst),
-            "preload": flag("--no-preload (preload)", preload),
-            "worker_id": None
+            concurrency=checked("--concurrency", base.concurrency, concurrency),
+            burst=flag("--burst", burst),
+            preload=flag("--no-preload (preload)", preload),
+            worker_id=None
             if worker_id is None
             else checked(f"--worker-id {base.shown(worker_id)}", base.worker_id, worker_id),
-            "executor": checked(
+            executor=checked(
                 "--executor", base.executor, settings.EXECUTOR if executor is None else executor
             ),
-            "celery_app": None
+            celery_app=None
             if celery_app is None
             else checked(f"--celery-app {base.shown(celery_app)}", base.celery_app, celery_app),
-        }
+        )
         configure_logging(verbosity, self.stdout)
         try:
-            consumer = Consumer(**consumer_options)
+            consumer = new_consumer()
         except ImproperlyConfigured as exc:
             raise CommandError(str(exc)) from None
         signal.signal(signal.SIGTERM, consumer.request_stop)
