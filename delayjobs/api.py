@@ -8,6 +8,7 @@ that transaction commits; a rollback leaves no job anywhere. Bad arguments raise
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from django.contrib.contenttypes.models import ContentType
 from django.db import IntegrityError, models, transaction
 from django.utils import timezone
 
-from delayjobs import signals, transitions
+from delayjobs import metrics, signals, transitions
 from delayjobs.bulk import insert_jobs
 from delayjobs.conf import DEFAULTS
 from delayjobs.conf import settings as conf
@@ -26,8 +27,11 @@ from delayjobs.db import max_length
 from delayjobs.exceptions import DuplicateJob, InvalidJob, InvalidTransition, JobNotFound
 from delayjobs.handoff import index_on_commit, unindex_on_commit
 from delayjobs.jobtypes import MAX_LATENESS, MIN_LATENESS, QUEUE_PATTERN, JobType, registry
+from delayjobs.logfields import job_fields
 from delayjobs.models import DelayedJob, JobStatus, jobs_database
 from delayjobs.redis_store import IndexEntry, index_entry
+
+logger = logging.getLogger(__name__)
 
 KEY_MAX_LENGTH = max_length(DelayedJob, "key")
 #: The largest value of a PositiveIntegerField on PostgreSQL (integer) and MySQL; SQLite
@@ -615,11 +619,26 @@ def _describe(job: DelayedJob | int | None, key: str | None) -> str:
 def _on_commit_scheduled(jobs: list[DelayedJob], using: str, *, moved: bool = False) -> None:
     """Once the jobs are committed: hand them to Redis, and send ``job_scheduled``."""
     index_on_commit([_entry(job) for job in jobs], using, moved=moved)
+    if jobs and not moved and (metrics.ENABLED or logger.isEnabledFor(logging.DEBUG)):
+        transaction.on_commit(lambda: _committed(jobs), using=using, robust=True)
     if jobs and signals.job_scheduled.has_listeners(DelayedJob):
         transaction.on_commit(
             lambda: signals.send_each(signals.job_scheduled, jobs),
             using=using,
             robust=True,
+        )
+
+
+def _committed(jobs: list[DelayedJob]) -> None:
+    metrics.jobs_scheduled(jobs)
+    for job in jobs:
+        logger.debug(
+            "Job %s %s scheduled for %s [trace %s]",
+            job.pk,
+            job.job_type,
+            job.run_at.isoformat(),
+            job.trace_id,
+            extra=job_fields(job, "scheduled"),
         )
 
 

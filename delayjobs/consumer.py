@@ -41,7 +41,7 @@ from django.db import DatabaseError, connections
 from django.utils import timezone
 from redis import RedisError
 
-from delayjobs import celery_executor, pauses, preloader, presence, transitions
+from delayjobs import celery_executor, metrics, pauses, preloader, presence, transitions
 from delayjobs.conf import EXECUTORS, settings
 from delayjobs.consumer_database_mode import DatabaseMode
 from delayjobs.consumer_timeouts import EXIT_STUCK, TimeOuts
@@ -57,6 +57,7 @@ from delayjobs.execution import (
 )
 from delayjobs.handoff import index_due_soon
 from delayjobs.jobtypes import JobType, registry
+from delayjobs.logfields import job_fields
 from delayjobs.models import DelayedJob, JobStatus
 from delayjobs.recorder import Recorder
 from delayjobs.redis_store import (
@@ -230,6 +231,7 @@ class Consumer(DatabaseMode, TimeOuts):
             ", burst" if self.burst else "",
         )
         self._announce()
+        metrics.consumer_running(True)
         switch_interval = sys.getswitchinterval()
         sys.setswitchinterval(min(switch_interval, SWITCH_INTERVAL))
         self._recorder.start()
@@ -286,6 +288,7 @@ class Consumer(DatabaseMode, TimeOuts):
         except DatabaseError as exc:
             logger.warning("Could not remove this consumer's heartbeat row (%s).", exc)
         connections.close_all()
+        metrics.consumer_running(False)
         logger.info("Consumer %s stopped after %d job(s).", self.worker_id, self.processed)
 
     # Main loop ------------------------------------------------------------------------
@@ -656,6 +659,7 @@ class Consumer(DatabaseMode, TimeOuts):
             exc,
             wait,
             job.trace_id,
+            extra=job_fields(job, "given_back"),
         )
         try:
             entry = transitions.give_back(
@@ -795,6 +799,8 @@ class Consumer(DatabaseMode, TimeOuts):
     def _heartbeat(self) -> None:
         """Renew the leases of running jobs well before they expire."""
         while not self._drained.wait(self._heartbeat_interval()):
+            with self._cond:
+                metrics.consumer_beat(len(self._in_flight) + len(self._handed_over))
             drop_broken_connections()
             try:
                 if not presence.beat(

@@ -29,6 +29,7 @@ from delayjobs.execution import (
     storable,
     time_to_run_of,
 )
+from delayjobs.logfields import job_fields
 from delayjobs.transitions import Outcome
 
 logger = logging.getLogger("delayjobs.consumer")
@@ -137,6 +138,7 @@ class TimeOuts(ConsumerState):
             (outcome.started_at - job.run_at).total_seconds() * 1000,
             f"retrying at {retry_at.isoformat()}" if retry_at else "no retries left, marked failed",
             job.trace_id,
+            extra=job_fields(job, "timed_out", started=outcome.started_at),
         )
 
     def _drain(self) -> None:

@@ -13,10 +13,11 @@ from typing import Any
 from django.db import close_old_connections, connections
 from django.utils import timezone
 
-from delayjobs import signals
+from delayjobs import metrics, signals
 from delayjobs.api import storable_json
 from delayjobs.exceptions import InvalidJob, UnknownJobType
 from delayjobs.jobtypes import MAX_RETRY_DELAY, JobType, registry
+from delayjobs.logfields import job_fields
 from delayjobs.models import DelayedJob
 from delayjobs.transitions import Outcome
 
@@ -108,7 +109,8 @@ def signal_outcome_apart(outcome: Outcome) -> None:
 
 
 def signal_outcome(outcome: Outcome) -> None:
-    """The signal that says how the attempt ended."""
+    """The signal that says how the attempt ended (and the metrics that count it)."""
+    metrics.job_finished(outcome)
     job = outcome.job
     if outcome.expired:
         signals.send(signals.job_expired, job, lateness=outcome.started_at - job.run_at)
@@ -144,6 +146,16 @@ def run_claimed(job: DelayedJob, worker_id: str) -> Outcome:
             skipped = True
         else:
             signals.send(signals.job_started, job)
+            metrics.job_started(job, (started - job.run_at).total_seconds())
+            if logger.isEnabledFor(logging.DEBUG):
+                logger.debug(
+                    "Job %s %s attempt %d started [trace %s]",
+                    job.pk,
+                    job.job_type,
+                    job.attempts,
+                    job.trace_id,
+                    extra=job_fields(job, "started", started=started),
+                )
             result = _storable_result(jobtype.execute(job))
     except UnstorableResult as exc:
         # The work is done, its side effects happened: running it again would repeat them.
@@ -240,6 +252,10 @@ def log_outcome(
 ) -> None:
     lateness_ms = (started - job.run_at).total_seconds() * 1000
     took_ms = (finished - started).total_seconds() * 1000
+
+    def fields(event: str) -> dict[str, Any]:
+        return job_fields(job, event, started=started, duration_ms=took_ms, error=error or None)
+
     if expired:
         logger.warning(
             "Job %s %s expired: it could start only %.1f ms after run_at, past its "
@@ -248,6 +264,7 @@ def log_outcome(
             job.job_type,
             lateness_ms,
             job.trace_id,
+            extra=fields("expired"),
         )
     elif skipped:
         logger.info(
@@ -255,6 +272,7 @@ def log_outcome(
             job.pk,
             job.job_type,
             job.trace_id,
+            extra=fields("skipped"),
         )
     elif not error:
         if logger.isEnabledFor(logging.INFO):
@@ -267,6 +285,7 @@ def log_outcome(
                 took_ms,
                 lateness_ms,
                 job.trace_id,
+                extra=fields("succeeded"),
             )
     elif retry_at is not None:
         logger.warning(
@@ -279,6 +298,7 @@ def log_outcome(
             lateness_ms,
             retry_at.isoformat(),
             job.trace_id,
+            extra=fields("retrying"),
         )
     else:
         logger.error(
@@ -290,4 +310,5 @@ def log_outcome(
             error,
             lateness_ms,
             job.trace_id,
+            extra=fields("failed"),
         )

@@ -21,7 +21,7 @@ from django.db.models import Q
 from django.utils import timezone
 from redis import RedisError
 
-from delayjobs import pauses
+from delayjobs import metrics, pauses
 from delayjobs.api import schedule
 from delayjobs.conf import settings
 from delayjobs.db import drop_broken_connections
@@ -75,6 +75,7 @@ def _pass(store: RedisStore, now: datetime) -> PassResult:
         result.planned += _plan(jobtype, now, horizon, result.errors)
     result.loaded = load_window(store, horizon)
     result.seconds = time.perf_counter() - started
+    metrics.preload_pass(result.seconds)
     return result
 
 

@@ -32,9 +32,11 @@ from django.db.models.expressions import RawSQL
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
+from delayjobs import metrics
 from delayjobs.bulk import insert_attempts
 from delayjobs.db import column, fetch_models, update_returning
 from delayjobs.exceptions import DuplicateJob, InvalidTransition
+from delayjobs.logfields import job_fields
 from delayjobs.models import (
     RETRYABLE_STATUSES,
     AttemptOutcome,
@@ -587,6 +589,7 @@ def reap_expired_leases(now: datetime, limit: int = 1000) -> list[IndexEntry]:
                 error=error,
                 lateness=started_at - job.run_at,
             )
+        metrics.job_ended_unwatched(job.job_type, AttemptOutcome.LEASE_EXPIRED.value)
         logger.warning(
             "Job %s (%s) attempt %s: lease expired on worker %s; %s.",
             job.pk,
@@ -594,6 +597,7 @@ def reap_expired_leases(now: datetime, limit: int = 1000) -> list[IndexEntry]:
             job.attempts,
             job.worker_id,
             "marked failed, no attempts left" if exhausted else "scheduled again",
+            extra=job_fields(job, "lease_expired", started=started_at),
         )
         if not exhausted:
             rescheduled.append(index_entry(job.pk, job.queue, job.job_type, job.run_at.timestamp()))

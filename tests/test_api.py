@@ -733,7 +733,7 @@ def test_job_reaches_redis_only_when_the_transaction_commits(django_capture_on_c
             job = delayjobs.schedule(SCRIPTED, run_at=soon())
             assert members() == {}
         assert members() == {}  # the test's own transaction has not committed yet
-    assert len(callbacks) == 1
+    assert callbacks  # the hand-off to Redis (and, with prometheus_client, the count)
     assert members() == {job.pk: job.run_at.timestamp()}
 
 

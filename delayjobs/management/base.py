@@ -7,6 +7,7 @@ keyword options to ``handle()`` without parsing them.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import re
 from argparse import ArgumentParser, ArgumentTypeError
@@ -74,6 +75,24 @@ def executor(value: object) -> str:
     if value not in EXECUTORS:
         raise ArgumentTypeError(f"use one of {', '.join(EXECUTORS)}, got {shown(value)}")
     return str(value)
+
+
+def port(value: object) -> int:
+    """--metrics-port: a TCP port, 1 to 65535."""
+    number = whole_number(value)
+    if not 1 <= number <= 65535:
+        raise ArgumentTypeError(f"must be a TCP port, 1 to 65535, got {shown(number)}")
+    return number
+
+
+def ip_address(value: object) -> str:
+    """--metrics-address: an IPv4 or IPv6 address to listen on."""
+    try:
+        return str(ipaddress.ip_address(value if isinstance(value, str) else ""))
+    except ValueError:
+        raise ArgumentTypeError(
+            f"use an IP address such as 127.0.0.1 or 0.0.0.0, got {shown(value)}"
+        ) from None
 
 
 #: What `celery -A` takes: a dotted module path, optionally ":attribute.path".

@@ -10,6 +10,7 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 
+from delayjobs import metrics
 from delayjobs.conf import settings
 from delayjobs.consumer import Consumer
 from delayjobs.jobtypes import registry
@@ -59,6 +60,21 @@ class Command(BaseCommand):
             "DELAYJOBS['EXECUTOR'], 'local'.",
         )
         parser.add_argument(
+            "--metrics-port",
+            type=base.port,
+            default=None,
+            metavar="PORT",
+            help="Serve Prometheus metrics on this port (needs the metrics extra).",
+        )
+        parser.add_argument(
+            "--metrics-address",
+            type=base.ip_address,
+            default="127.0.0.1",
+            metavar="IP",
+            help="The address --metrics-port listens on (default 127.0.0.1: this host only; "
+            "0.0.0.0 for every interface).",
+        )
+        parser.add_argument(
             "--celery-app",
             default=None,
             metavar="MODULE[:ATTRIBUTE]",
@@ -78,6 +94,8 @@ class Command(BaseCommand):
         worker_id: str | None,
         executor: str | None = None,
         celery_app: str | None = None,
+        metrics_port: int | None = None,
+        metrics_address: str = "127.0.0.1",
         **options: Any,
     ) -> None:
         # Checked here, not (only) by argparse: call_command passes keyword options unparsed.
@@ -116,6 +134,11 @@ class Command(BaseCommand):
         configure_logging(verbosity, self.stdout)
         try:
             consumer = new_consumer()
+            if metrics_port is not None:
+                serve_metrics(
+                    checked("--metrics-port", base.port, metrics_port),
+                    checked("--metrics-address", base.ip_address, metrics_address),
+                )
         except ImproperlyConfigured as exc:
             raise CommandError(str(exc)) from None
         signal.signal(signal.SIGTERM, consumer.request_stop)
@@ -126,6 +149,13 @@ class Command(BaseCommand):
             # Not a CommandError: nothing was wrong with the command; a supervisor should
             # simply start a fresh consumer (see EXIT_ALL_THREADS_STUCK).
             sys.exit(exit_code)
+
+
+def serve_metrics(port: int, address: str) -> None:
+    try:
+        metrics.serve(port, address)
+    except OSError as exc:
+        raise CommandError(f"--metrics-port {port}: cannot listen on {address} ({exc}).") from None
 
 
 def freeze_startup_objects() -> None:

@@ -1,0 +1,226 @@
+"""Prometheus metrics, with the ``metrics`` extra (``prometheus_client``); without it every
+function here does nothing.
+
+What is counted where it happens, in the process where it happens: jobs scheduled (the
+process that scheduled them), started and finished with their lateness and duration (the
+consumer, or the Celery worker that ran them), in flight, pre-loader passes, consumer
+liveness. What the database knows (jobs due now, and due within the pre-load window) is
+read at each scrape by ``BacklogCollector``.
+
+Exposed by ``run_delay_consumer --metrics-port`` (``serve``) and by ``metrics_view`` for
+your URLconf. With several processes on a host (gunicorn, several consumers), set
+``PROMETHEUS_MULTIPROC_DIR`` for all of them, as prometheus_client's multiprocess mode
+asks: each process then writes its figures there, and either endpoint reports the sum.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import time
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from django.core.exceptions import ImproperlyConfigured
+from django.db import connections
+from django.db.models import Count, Q
+from django.http import HttpRequest, HttpResponse
+from django.utils import timezone
+
+from delayjobs.conf import settings
+from delayjobs.models import DelayedJob, JobStatus
+
+if TYPE_CHECKING:
+    from delayjobs.transitions import Outcome
+
+ENABLED = importlib.util.find_spec("prometheus_client") is not None
+MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"
+#: Lateness is what delayjobs is about: buckets from a millisecond to a minute.
+LATENESS_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5, 15, 60)
+DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+
+if ENABLED:
+    from prometheus_client import Counter, Gauge, Histogram
+
+    SCHEDULED = Counter(
+        "delayjobs_jobs_scheduled", "Jobs scheduled (committed), by job type.", ["job_type"]
+    )
+    STARTED = Counter(
+        "delayjobs_jobs_started", "Attempts whose execute() began, by job type.", ["job_type"]
+    )
+    FINISHED = Counter(
+        "delayjobs_jobs_finished",
+        "Attempts ended, by job type and outcome (the attempt rows' outcomes).",
+        ["job_type", "outcome"],
+    )
+    LATENESS = Histogram(
+        "delayjobs_job_lateness_seconds",
+        "How long after its run_at an attempt began, by job type.",
+        ["job_type"],
+        buckets=LATENESS_BUCKETS,
+    )
+    DURATION = Histogram(
+        "delayjobs_job_duration_seconds",
+        "How long an attempt ran, by job type.",
+        ["job_type"],
+        buckets=DURATION_BUCKETS,
+    )
+    IN_FLIGHT = Gauge(
+        "delayjobs_jobs_in_flight",
+        "Jobs a consumer has claimed and not finished (or handed to Celery).",
+        multiprocess_mode="livesum",
+    )
+    PRELOAD_PASS = Histogram("delayjobs_preload_pass_seconds", "How long a pre-loader pass took.")
+    CONSUMERS = Gauge(
+        "delayjobs_consumers", "Consumer processes running.", multiprocess_mode="livesum"
+    )
+    HEARTBEAT = Gauge(
+        "delayjobs_consumer_heartbeat_timestamp_seconds",
+        "When a consumer last beat (Unix time): a stale one is stuck.",
+        multiprocess_mode="livemax",
+    )
+
+
+def jobs_scheduled(jobs: Iterable[DelayedJob]) -> None:
+    if ENABLED:
+        for job in jobs:
+            SCHEDULED.labels(job.job_type).inc()
+
+
+def job_started(job: DelayedJob, lateness: float) -> None:
+    if ENABLED:
+        STARTED.labels(job.job_type).inc()
+        LATENESS.labels(job.job_type).observe(max(lateness, 0.0))
+
+
+def job_finished(outcome: Outcome) -> None:
+    if ENABLED:
+        job_type = outcome.job.job_type
+        FINISHED.labels(job_type, outcome.attempt_outcome.value).inc()
+        duration = (outcome.finished_at - outcome.started_at).total_seconds()
+        DURATION.labels(job_type).observe(max(duration, 0.0))
+
+
+def job_ended_unwatched(job_type: str, outcome: str) -> None:
+    """An attempt ended without an execution to time (its lease expired)."""
+    if ENABLED:
+        FINISHED.labels(job_type, outcome).inc()
+
+
+def preload_pass(seconds: float) -> None:
+    if ENABLED:
+        PRELOAD_PASS.observe(seconds)
+
+
+def consumer_beat(in_flight: int) -> None:
+    """A consumer's heartbeat: it is alive, with this many jobs in flight."""
+    if ENABLED:
+        IN_FLIGHT.set(in_flight)
+        HEARTBEAT.set(time.time())
+
+
+def consumer_running(running: bool) -> None:
+    if ENABLED:
+        CONSUMERS.set(1 if running else 0)
+        if not running:
+            IN_FLIGHT.set(0)
+            if os.environ.get(MULTIPROCESS_ENV):
+                from prometheus_client import multiprocess
+
+                # Its live gauges leave the sums; its counters stay in them, as they should.
+                multiprocess.mark_process_dead(os.getpid())
+
+
+class BacklogCollector:
+    """Scheduled jobs due now, and due within the pre-load window, by queue, read from the
+    database at each scrape (one indexed count of scheduled rows)."""
+
+    def __init__(self, *, close_connections: bool = False) -> None:
+        # A scrape served by prometheus_client's own server runs in a thread of its own:
+        # its database connection must not outlive it.
+        self._close_connections = close_connections
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        now = timezone.now()
+        due = GaugeMetricFamily(
+            "delayjobs_jobs_due", "Scheduled jobs due now (late if not running).", labels=["queue"]
+        )
+        window = GaugeMetricFamily(
+            "delayjobs_jobs_due_in_window",
+            "Scheduled jobs due within the pre-load window (PRELOAD_WINDOW).",
+            labels=["queue"],
+        )
+        try:
+            rows = (
+                DelayedJob.objects.filter(
+                    status=JobStatus.SCHEDULED, run_at__lte=now + settings.PRELOAD_WINDOW
+                )
+                .values("queue")
+                .annotate(due=Count("pk", filter=Q(run_at__lte=now)), window=Count("pk"))
+                .order_by()
+            )
+            for row in rows:
+                due.add_metric([row["queue"]], row["due"])
+                window.add_metric([row["queue"]], row["window"])
+        finally:
+            if self._close_connections:
+                connections.close_all()
+        yield due
+        yield window
+
+
+def registry() -> Any:
+    """What an endpoint reports: this process's metrics, or, in multiprocess mode, those
+    of every process writing to PROMETHEUS_MULTIPROC_DIR; and the backlog."""
+    from prometheus_client import REGISTRY, CollectorRegistry
+    from prometheus_client.multiprocess import MultiProcessCollector
+
+    if not os.environ.get(MULTIPROCESS_ENV):
+        return REGISTRY
+    collected = CollectorRegistry()
+    MultiProcessCollector(collected)
+    return collected
+
+
+def serve(port: int, address: str) -> None:
+    """Serve the metrics from a consumer, in a thread of prometheus_client's. Raises
+    ImproperlyConfigured without prometheus_client, OSError if it cannot listen."""
+    if not ENABLED:
+        raise ImproperlyConfigured(
+            "--metrics-port needs prometheus_client: pip install 'django-delayjobs[metrics]'."
+        )
+    from prometheus_client import CollectorRegistry, start_http_server
+
+    combined = CollectorRegistry(auto_describe=False)
+    combined.register(_Union(registry(), BacklogCollector(close_connections=True)))
+    start_http_server(port, addr=address, registry=combined)
+
+
+def metrics_view(request: HttpRequest) -> HttpResponse:
+    """The metrics as Prometheus scrapes them. Mount it where only Prometheus reaches it:
+    ``path("metrics/", delayjobs.metrics.metrics_view)``."""
+    if not ENABLED:
+        return HttpResponse(
+            "Prometheus metrics need prometheus_client: pip install 'django-delayjobs[metrics]'.",
+            status=501,
+            content_type="text/plain; charset=utf-8",
+        )
+    from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+    combined = CollectorRegistry(auto_describe=False)
+    combined.register(_Union(registry(), BacklogCollector()))
+    return HttpResponse(generate_latest(combined), content_type=CONTENT_TYPE_LATEST)
+
+
+class _Union:
+    """One collector for a registry's metrics and the backlog's."""
+
+    def __init__(self, registry: Any, backlog: BacklogCollector) -> None:
+        self._registry = registry
+        self._backlog = backlog
+
+    def collect(self) -> Iterator[Any]:
+        yield from self._registry.collect()
+        yield from self._backlog.collect()
