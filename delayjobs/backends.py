@@ -74,6 +74,11 @@ class InvalidTaskCall(InvalidTask, InvalidJob):
     """
 
 
+class UnserializableTaskArguments(InvalidTaskCall, TypeError):
+    """Arguments JSON cannot hold (a set, an object): a ``TypeError`` as well, as Django's
+    own backends raise for them."""
+
+
 class DelayJobsBackend(BaseTaskBackend):
     supports_defer = True
     supports_priority = True
@@ -114,6 +119,7 @@ class DelayJobsBackend(BaseTaskBackend):
             args=_json_round_trip(task, "args", list(args)),
             kwargs=_json_round_trip(task, "kwargs", dict(kwargs)),
             backend=self.alias,
+            deferred=task.run_after is not None,
         )
         try:
             job = schedule(
@@ -145,11 +151,11 @@ class DelayJobsBackend(BaseTaskBackend):
                 f"Task result {result_id!r} is of backend {call.backend!r}, not {self.alias!r}."
             )
         try:
-            task = task_for_job(index.get(call.path), job, self.alias, sorted(self.queues))
+            task = task_for_job(index.get(call.path), job, call, self.alias, sorted(self.queues))
         except UnregisteredTask:
             # A renamed or removed task, or one whose module failed to import here: the
             # row still tells its status, errors and return value.
-            task = placeholder_task(job, self.alias, sorted(self.queues))
+            task = placeholder_task(job, call, self.alias, sorted(self.queues))
         return build_result(task, job, call, list(attempts_of(job)))
 
     def _check_discoverable(self, task: Task) -> None:
@@ -213,7 +219,8 @@ def _json_round_trip(task: Task, label: str, value: Any) -> Any:
         normalized = normalize_json(value)
         text = json.dumps(normalized, allow_nan=False)
     except (TypeError, ValueError) as exc:
-        raise InvalidTaskCall(
+        refused = UnserializableTaskArguments if isinstance(exc, TypeError) else InvalidTaskCall
+        raise refused(
             f"Task {task.module_path}: {label} must be JSON-serializable (dicts with string "
             f"keys, lists, strings, finite numbers, booleans, None): {exc}."
         ) from None
@@ -231,4 +238,4 @@ def _send_enqueued(sender: type, result: TaskResult) -> None:
             logger.error("A task_enqueued receiver failed: %r raised %r", receiver, response)
 
 
-__all__ = ["DelayJobsBackend", "InvalidTaskCall", "TaskResultStatus"]
+__all__ = ["DelayJobsBackend", "InvalidTaskCall", "TaskResultStatus", "UnserializableTaskArguments"]

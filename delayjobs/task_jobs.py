@@ -140,6 +140,9 @@ class TaskCall:
     args: list[Any]
     kwargs: dict[str, Any]
     backend: str
+    #: Enqueued with a run_after: its TaskResult's task then shows the row's run_at as
+    #: its run_after (moved by a reschedule or a retry), else None, as enqueued.
+    deferred: bool = False
 
     @classmethod
     def from_payload(cls, payload: Any) -> TaskCall:
@@ -153,15 +156,17 @@ class TaskCall:
             raise TaskRefused("The payload's 'args' must be a list and 'kwargs' an object.")
         if not isinstance(backend, str) or not backend:
             raise TaskRefused(f"The payload names no backend alias: {backend!r:.200}.")
-        return cls(path=path, args=args, kwargs=kwargs, backend=backend)
+        deferred = payload.get("deferred", False) is True
+        return cls(path=path, args=args, kwargs=kwargs, backend=backend, deferred=deferred)
 
     def payload(self) -> dict[str, Any]:
-        return {
+        payload = {
             "task": self.path,
             "args": self.args,
             "kwargs": self.kwargs,
             "backend": self.backend,
         }
+        return {**payload, "deferred": True} if self.deferred else payload
 
 
 @register
@@ -240,7 +245,7 @@ def run_task(job: DelayedJob) -> Any:
     try:
         call = TaskCall.from_payload(job.payload)
         backend = delayjobs_backend(call.backend)
-        task = task_for_job(index.get(call.path), job, call.backend, sorted(backend.queues))
+        task = task_for_job(index.get(call.path), job, call, call.backend, sorted(backend.queues))
     except BaseException as exc:
         # The note gives the attempt row the class's full path (UnregisteredTask...).
         note_exception_class(exc)
@@ -267,10 +272,20 @@ def run_task(job: DelayedJob) -> Any:
     return value
 
 
-def task_for_job(task: Task, job: DelayedJob, alias: str, queues: Sequence[str]) -> Task:
+def task_for_job(
+    task: Task, job: DelayedJob, call: TaskCall, alias: str, queues: Sequence[str]
+) -> Task:
     """The indexed Task on ``alias``, with the row's priority and queue when the backend
-    still allows them (see ``on_backend``)."""
-    return on_backend(lambda **options: dataclasses.replace(task, **options), job, alias, queues)
+    still allows them (see ``on_backend``), and its run_after if it was deferred."""
+
+    def make(**options: Any) -> Task:
+        return dataclasses.replace(task, run_after=run_after_of(job, call), **options)
+
+    return on_backend(make, job, alias, queues)
+
+
+def run_after_of(job: DelayedJob, call: TaskCall) -> datetime | None:
+    return job.run_at if call.deferred else None
 
 
 def unavailable_task(*args: Any, **kwargs: Any) -> NoReturn:
@@ -282,10 +297,14 @@ def unavailable_task(*args: Any, **kwargs: Any) -> NoReturn:
     )
 
 
-def placeholder_task(job: DelayedJob, alias: str, queues: Sequence[str]) -> Task:
+def placeholder_task(job: DelayedJob, call: TaskCall, alias: str, queues: Sequence[str]) -> Task:
     """A Task of ``unavailable_task`` on ``alias``, with the row's priority and queue when
-    the backend still allows them (see ``on_backend``)."""
-    return on_backend(lambda **options: Task(func=unavailable_task, **options), job, alias, queues)
+    the backend still allows them (see ``on_backend``), and its run_after if deferred."""
+
+    def make(**options: Any) -> Task:
+        return Task(func=unavailable_task, run_after=run_after_of(job, call), **options)
+
+    return on_backend(make, job, alias, queues)
 
 
 def on_backend(

@@ -28,7 +28,8 @@ from tests.services_setup import (
 
 SERVICES = ensure_services()
 
-INSTALLED_APPS = [*INSTALLED_APPS, "tests"]
+# django_tasks_db: the reference backend of tests/test_tasks_differential.py.
+INSTALLED_APPS = [*INSTALLED_APPS, "django_tasks_db", "tests"]
 
 DB_NAME_OVERRIDE = os.environ.get("DELAYJOBS_TEST_DB_NAME")
 
@@ -107,6 +108,17 @@ TASKS = {
     },
     "once": {
         "BACKEND": "delayjobs.backends.DelayJobsBackend",
+        "OPTIONS": {"MAX_ATTEMPTS": 1},
+    },
+    # tests/test_tasks_differential.py: the same scenarios on the reference database
+    # backend (django-tasks-db) and on delayjobs', one attempt each.
+    "reference": {
+        "BACKEND": "django_tasks_db.DatabaseBackend",
+        "QUEUES": ["default", "other"],
+    },
+    "differential": {
+        "BACKEND": "delayjobs.backends.DelayJobsBackend",
+        "QUEUES": ["default", "other"],
         "OPTIONS": {"MAX_ATTEMPTS": 1},
     },
     # Not a delayjobs backend: a row naming it must be refused by consumers.

@@ -136,8 +136,11 @@ def test_enqueue_with_run_after_writes_one_row_with_its_time_priority_queue_and_
         "args": [2],
         "kwargs": {"b": 3},
         "backend": "default",
+        "deferred": True,  # get_result() shows the row's run_at as the task's run_after
     }
     assert job.max_attempts == 5  # the job type's default: OPTIONS has no MAX_ATTEMPTS
+    assert result.task.run_after == run_after
+    assert result.task.get_result(result.id).task.run_after == run_after
     assert result.id == str(job.pk)
     assert result.status == TaskResultStatus.READY
     assert result.enqueued_at == job.created_at
