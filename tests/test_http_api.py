@@ -2117,10 +2117,11 @@ def test_a_payload_nested_past_max_payload_depth_is_a_400_and_writes_nothing(api
 
 
 def test_a_body_nested_deeper_than_any_payload_may_be_is_a_json_400(api: Api) -> None:
-    for depth in (100, 900, 5000):  # 5000: deeper than the JSON parser itself goes
+    for depth in (100, 900, 5000):  # 5000: deeper than Python 3.12's JSON parser goes
         response = api.post("jobs/", raw=b"[" * depth + b"]" * depth)
         assert response["Content-Type"] == JSON
-        assert_error(response, 400, "malformed", "levels deep" if depth < 1000 else "nested")
+        # "nests ... levels deep", or (where the parser gave up first) "nested too deeply"
+        assert_error(response, 400, "malformed", "levels deep" if depth < 1000 else "nest")
     assert rows() == []
 
 
