@@ -625,8 +625,14 @@ class Consumer(DatabaseMode, TimeOuts):
                 raise celery_executor.BrokerUnavailable("backing off after a failed publish")
             celery_executor.dispatch(job, self.worker_id)
         except celery_executor.BrokerUnavailable as exc:
-            self._give_back(job, exc)
-            return False
+            with self._cond:
+                running.finished = True  # past the time-out's reach from here
+                timed_out = running.timed_out
+            # A publish that outlasted time_to_run was timed out meanwhile: that outcome,
+            # attempt spent, is being recorded; giving the job back too would contradict it.
+            if not timed_out:
+                self._give_back(job, exc)
+            return timed_out
         if self._publish_backoff.succeeded():
             logger.warning("Consumer %s: the Celery broker takes tasks again.", self.worker_id)
         with self._cond:
