@@ -148,6 +148,11 @@ def test_the_view_sums_the_metrics_consumers_wrote_in_multiprocess_mode(
     consumers = [consumer_process("--concurrency", "2", env=env) for _ in range(2)]
     jobs = delayjobs.schedule_many([{"job_type": SCRIPTED, "payload": {"n": n}} for n in range(30)])
     wait_final([job.pk for job in jobs], consumers)
+    # Both running: one may have run every job while the other was still starting.
+    wait_for(
+        lambda: value(parse(view().content.decode()), "delayjobs_consumers") == 2,
+        message="the view never counted both consumers",
+    )
 
     response = view()
 
