@@ -218,9 +218,11 @@ def test_jobs_wait_in_delayjobs_not_in_the_broker_and_cost_no_attempt(
     celery_worker_process: Callable[[], ConsumerProcess],
 ) -> None:
     # No Celery worker yet: the consumer publishes only as many jobs as it has slots, and
-    # renews their leases while they wait in the broker.
+    # renews their leases while they wait in the broker. A type whose time_to_run (60 s)
+    # outlasts a worker's start however loaded the machine: a job no worker takes over
+    # within its time_to_run is let go, by design (its lease then expires).
     consumer = consumer_process("--executor", "celery", "--concurrency", "2")
-    jobs = delayjobs.schedule_many([{"job_type": SCRIPTED} for _ in range(10)])
+    jobs = delayjobs.schedule_many([{"job_type": "tests.limited"} for _ in range(10)])
     ids = [job.pk for job in jobs]
     running = DelayedJob.objects.filter(pk__in=ids, status=JobStatus.RUNNING)
     wait_for(lambda: running.count() == 2)
