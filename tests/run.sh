@@ -103,9 +103,9 @@ run_pytest() {
     return "$status"
 }
 
-MAIN_SUITE="not faults"
+MAIN_SUITE="not faults and not scale"
 if [ -n "$SKIP_BROWSER" ]; then
-    MAIN_SUITE="not faults and not browser"
+    MAIN_SUITE="not faults and not scale and not browser"
     echo "DELAYJOBS_SKIP_BROWSER is set: the browser tests do not run."
 fi
 
