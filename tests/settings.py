@@ -25,6 +25,7 @@ from tests.services_setup import (
     SQLITE_TEST_NAME,
     ensure_services,
 )
+from tests.skewed_clock import install_from_environment as install_skewed_clock
 
 SERVICES = ensure_services()
 
@@ -81,6 +82,9 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 
 # A test may give its consumer subprocesses other DELAYJOBS values: a JSON object, merged.
 DELAYJOBS.update(json.loads(os.environ.get("DELAYJOBS_TEST_OVERRIDES") or "{}"))
+
+# A consumer whose host clock is off, for tests/scale/test_clocks.py (see the module).
+install_skewed_clock()
 
 USE_TZ = True
 

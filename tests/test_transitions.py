@@ -9,7 +9,7 @@ from django.db import connection
 from django.utils import timezone
 
 import delayjobs
-from delayjobs import transitions
+from delayjobs import clock, transitions
 from delayjobs.jobtypes import registry
 from delayjobs.models import AttemptOutcome, DelayedJob, JobAttempt, JobStatus
 from delayjobs.redis_store import index_entry
@@ -587,7 +587,7 @@ def test_reap_respects_its_limit():
 def test_renew_leases_extends_the_lease_of_this_workers_running_jobs():
     job = due_job()
     [claimed] = claim_as("worker-a", [job.pk])
-    before = timezone.now()
+    before = clock.now()  # leases are on the database's clock
     renewed = transitions.renew_leases({timedelta(hours=1): [job.pk]}, worker_id="worker-a")
     assert renewed == 1
     job.refresh_from_db()

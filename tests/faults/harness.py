@@ -109,8 +109,10 @@ class FaultRun:
         *args: str,
         concurrency: int = 10,
         overrides: dict[str, Any] | None = None,
+        env: dict[str, str] | None = None,
     ) -> ConsumerProcess:
-        env = self.services.env(**{LEDGER_ENV: str(self.ledger)})
+        """A consumer of the suite's queue; ``env``: more environment variables for it."""
+        env = self.services.env(**{LEDGER_ENV: str(self.ledger)}, **(env or {}))
         if overrides:
             env["DELAYJOBS_TEST_OVERRIDES"] = json.dumps(overrides)
         consumer = ConsumerProcess(
