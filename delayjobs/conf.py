@@ -36,6 +36,10 @@ DEFAULTS: dict[str, Any] = {
     # While Redis cannot be reached, consumers claim due jobs straight from the database,
     # this often (and go back to Redis by themselves once it answers again).
     "DATABASE_POLL_INTERVAL": timedelta(seconds=1),
+    # Due times and leases use the database server's clock, whatever a host's says; a
+    # consumer whose host clock is further off than this is flagged (log, status,
+    # dashboard), as a sign of broken time sync.
+    "CLOCK_OFFSET_WARNING": timedelta(seconds=1),
     # Per consumer process: the most jobs of one queue running at once, e.g. {"sms": 2}.
     # A flood of one queue then leaves slots for the others. Job types have their own
     # limit, JobType.concurrency.
@@ -66,7 +70,13 @@ MAX_SCHEDULE_AHEAD_LIMIT = timedelta(days=1000 * 366)
 #: Past this, a claimed job would wait in the consumer rather than in Redis for long.
 MAX_CLAIM_AHEAD = timedelta(seconds=5)
 
-DURATION_SETTINGS = ("PRELOAD_INTERVAL", "PRELOAD_WINDOW", "IDLE_TIMEOUT", "DATABASE_POLL_INTERVAL")
+DURATION_SETTINGS = (
+    "PRELOAD_INTERVAL",
+    "PRELOAD_WINDOW",
+    "IDLE_TIMEOUT",
+    "DATABASE_POLL_INTERVAL",
+    "CLOCK_OFFSET_WARNING",
+)
 
 
 def raw_settings() -> dict[str, Any]:

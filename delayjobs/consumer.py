@@ -38,10 +38,9 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, connections
-from django.utils import timezone
 from redis import RedisError
 
-from delayjobs import celery_executor, metrics, pauses, preloader, presence, transitions
+from delayjobs import celery_executor, clock, metrics, pauses, preloader, presence, transitions
 from delayjobs.conf import EXECUTORS, settings
 from delayjobs.consumer_database_mode import DatabaseMode
 from delayjobs.consumer_timeouts import EXIT_STUCK, TimeOuts
@@ -230,6 +229,7 @@ class Consumer(DatabaseMode, TimeOuts):
             describe_target(),
             ", burst" if self.burst else "",
         )
+        self._sync_clock(always=True)
         self._announce()
         metrics.consumer_running(True)
         switch_interval = sys.getswitchinterval()
@@ -394,7 +394,7 @@ class Consumer(DatabaseMode, TimeOuts):
 
     def _claim_from_redis(self) -> int:
         popped: dict[int, tuple[str, float]] = {}  # id -> (lane, score)
-        now = time.time() + self._ahead.total_seconds()
+        now = clock.epoch() + self._ahead.total_seconds()
         backlog = False
         first = self._rotation
         self._rotation = (self._rotation + 1) % len(self._lanes)
@@ -488,7 +488,7 @@ class Consumer(DatabaseMode, TimeOuts):
         # In due order (a job claimed early waits for its run_at in its thread, and the
         # threads take jobs in this order); among jobs already due, the higher priority
         # first. (The Redis index orders by due time only.)
-        now_ns = time.time_ns()
+        now_ns = clock.time_ns()
         jobs.sort(key=lambda job: (max(due_ns(job), now_ns), -job.priority))
         # No deadline yet: a job's time_to_run counts from when its thread starts it.
         started = [Running(job) for job in jobs]
@@ -507,7 +507,7 @@ class Consumer(DatabaseMode, TimeOuts):
         moment), of a job type this consumer does not know (left to the pre-loader, and
         so to a consumer that knows it), or paused (left out until resume() puts it back).
         """
-        now = timezone.now()
+        now = clock.now()
         entries = []
         rows = DelayedJob.objects.filter(pk__in=ids, status=JobStatus.SCHEDULED).order_by()
         found = list(rows.values_list("pk", "queue", "run_at", "job_type"))
@@ -551,7 +551,7 @@ class Consumer(DatabaseMode, TimeOuts):
             return idle  # a finishing job wakes us
         due = self.store.next_due(open_lanes)
         self._redis_failures = 0  # Redis answered
-        now = time.time()
+        now = clock.epoch()
         if self.burst and (due is None or due > now) and self._idle():
             return None
         if due is None:
@@ -564,7 +564,7 @@ class Consumer(DatabaseMode, TimeOuts):
 
     def _claim_time(self) -> datetime:
         """Now, but strictly after the previous claim: the claim's token (see ``claim``)."""
-        now = timezone.now()
+        now = clock.now()
         if self._last_claim is not None and now <= self._last_claim:
             now = self._last_claim + timedelta(microseconds=1)
         self._last_claim = now
@@ -669,7 +669,7 @@ class Consumer(DatabaseMode, TimeOuts):
         )
         try:
             entry = transitions.give_back(
-                job, worker_id=self.worker_id, due=timezone.now() + timedelta(seconds=wait)
+                job, worker_id=self.worker_id, due=clock.now() + timedelta(seconds=wait)
             )
         except DatabaseError as error:
             logger.error(
@@ -687,8 +687,8 @@ class Consumer(DatabaseMode, TimeOuts):
         from its run_at if it was claimed early (its thread waits until then). Wake the
         main loop if that deadline comes before it would next look for time-outs."""
         job = running.job
-        early = max(due_ns(job) - time.time_ns(), 0) / 1e9
-        running.began_at = job.run_at if early else timezone.now()
+        early = max(due_ns(job) - clock.time_ns(), 0) / 1e9
+        running.began_at = job.run_at if early else clock.now()
         running.deadline = time.monotonic() + early + time_to_run_of(job).total_seconds()
         if running.deadline < self._next_timeout_check:
             self._wake_seq += 1
@@ -808,9 +808,13 @@ class Consumer(DatabaseMode, TimeOuts):
             with self._cond:
                 metrics.consumer_beat(len(self._in_flight) + len(self._handed_over))
             drop_broken_connections()
+            self._sync_clock(always=False)
             try:
                 if not presence.beat(
-                    self.worker_id, processed=self.processed, database_mode=self._database_mode
+                    self.worker_id,
+                    processed=self.processed,
+                    database_mode=self._database_mode,
+                    clock_offset=clock.shared.offset(),
                 ):
                     self._announce()
             except DatabaseError as exc:
@@ -838,9 +842,23 @@ class Consumer(DatabaseMode, TimeOuts):
     def _announce(self) -> None:
         """Write this consumer's heartbeat row (the dashboard's list of live consumers)."""
         try:
-            presence.announce(self.worker_id, queues=self.queues, concurrency=self.concurrency)
+            presence.announce(
+                self.worker_id,
+                queues=self.queues,
+                concurrency=self.concurrency,
+                clock_offset=clock.shared.offset(),
+            )
         except DatabaseError as exc:
             logger.warning("Could not record this consumer's heartbeat row (%s).", exc)
+
+    def _sync_clock(self, *, always: bool) -> None:
+        """Read the database server's clock, every due and lease decision's time (see
+        ``delayjobs.clock``): at start, then on the heartbeat once the reading is old."""
+        shared = clock.shared
+        if always or shared.due():
+            offset = shared.sync()
+            clock.report_offset(offset, self.worker_id)
+            metrics.clock_offset(offset)
 
     def _refresh_pauses(self) -> None:
         """Re-read the paused queues and job types when told to, or every IDLE_TIMEOUT."""

@@ -11,10 +11,9 @@ from __future__ import annotations
 import logging
 import time
 
-from django.utils import timezone
 from redis import RedisError
 
-from delayjobs import preloader, transitions
+from delayjobs import clock, preloader, transitions
 from delayjobs.conf import settings
 from delayjobs.consumer_state import ConsumerState
 from delayjobs.execution import LOCKED_RETRY
@@ -66,12 +65,12 @@ class DatabaseMode(ConsumerState):
         # not turn this into a poll every LOCKED_RETRY (a finishing job wakes us).
         claimable = DelayedJob.objects.filter(queue__in=open_queues, job_type__in=open_types)
         due = claimable.next_run_at()
-        if due is None or due > timezone.now():
+        if due is None or due > clock.now():
             if self.burst and self._idle():
                 return None
             if due is None:
                 return interval
-            return min((due - timezone.now()).total_seconds(), interval)
+            return min((due - clock.now()).total_seconds(), interval)
         # Due but not claimed: locked by a caller's transaction, or taken by a consumer
         # polling at the same moment. Look again shortly.
         return LOCKED_RETRY.total_seconds()
@@ -87,7 +86,7 @@ class DatabaseMode(ConsumerState):
         if now < self._next_reap:
             return
         self._next_reap = now + interval
-        reaped = transitions.reap_expired_leases(timezone.now())
+        reaped = transitions.reap_expired_leases(clock.now())
         if reaped:
             logger.warning(
                 "Consumer %s: returned %d job(s) whose lease expired to the schedule.",
@@ -138,7 +137,7 @@ class DatabaseMode(ConsumerState):
         if self.preload:
             return f"pre-loader pass: {preloader.preload(store=self.store)}"
         # --no-preload: leave reaping and plan() to the pre-loader run elsewhere.
-        loaded = preloader.load_window(self.store, timezone.now() + settings.PRELOAD_WINDOW)
+        loaded = preloader.load_window(self.store, clock.now() + settings.PRELOAD_WINDOW)
         return f"loaded {loaded} job(s) due within the window"
 
     def _probe_redis(self) -> None:

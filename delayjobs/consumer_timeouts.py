@@ -17,8 +17,7 @@ import traceback
 from collections import Counter
 from types import FrameType
 
-from django.utils import timezone
-
+from delayjobs import clock
 from delayjobs.consumer_state import ConsumerState
 from delayjobs.exceptions import JobTimeout
 from delayjobs.execution import (
@@ -119,8 +118,8 @@ class TimeOuts(ConsumerState):
         outcome = Outcome(
             job=job,
             worker_id=self.worker_id,
-            started_at=running.began_at or timezone.now(),
-            finished_at=timezone.now(),
+            started_at=running.began_at or clock.now(),
+            finished_at=clock.now(),
             error=describe(exc),
             traceback=storable(f"Where the job was when it timed out:\n{stack}"),
             retry_at=retry_at,

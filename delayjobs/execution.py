@@ -11,9 +11,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import close_old_connections, connections
-from django.utils import timezone
 
-from delayjobs import metrics, signals
+from delayjobs import clock, metrics, signals
 from delayjobs.api import storable_json
 from delayjobs.exceptions import InvalidJob, UnknownJobType
 from delayjobs.jobtypes import MAX_RETRY_DELAY, JobType, registry
@@ -67,15 +66,15 @@ def due_ns(job: DelayedJob) -> int:
 
 
 def wait_until(moment_ns: int) -> None:
-    """Return at ``moment_ns`` (``time.time_ns()``), never before: sleep, then spin.
+    """Return at ``moment_ns`` (``clock.time_ns()``), never before: sleep, then spin.
 
-    The spin checks the very clock ``timezone.now()`` reads, so a job started after this
+    The spin checks the very clock ``clock.now()`` reads, so a job started after this
     returns has started at or after its run_at, to the microsecond.
     """
-    remaining = (moment_ns - time.time_ns()) / 1e9 - SPIN
+    remaining = (moment_ns - clock.time_ns()) / 1e9 - SPIN
     if remaining > 0:
         time.sleep(remaining)
-    while time.time_ns() < moment_ns:
+    while clock.time_ns() < moment_ns:
         pass
 
 
@@ -137,7 +136,7 @@ def run_claimed(job: DelayedJob, worker_id: str) -> Outcome:
     skipped = expired = False
     # The job's own queries get request semantics: CONN_MAX_AGE applies around each job.
     close_old_connections()
-    started = timezone.now()
+    started = clock.now()
     try:
         jobtype = registry.get(job.job_type)
         if _too_late(job, jobtype, started):
@@ -165,7 +164,7 @@ def run_claimed(job: DelayedJob, worker_id: str) -> Outcome:
         retry_at = retry_at_after(job, exc)  # first: it may add a note to the traceback
         error = describe(exc)
         tb = storable(traceback.format_exc())
-    finished = timezone.now()
+    finished = clock.now()
     log_outcome(job, started, finished, error, retry_at, skipped=skipped, expired=expired)
     close_old_connections()
     return Outcome(
@@ -227,7 +226,7 @@ def retry_at_after(job: DelayedJob, exc: BaseException) -> datetime | None:
         with contextlib.suppress(Exception):  # an exception class may refuse attributes
             exc.add_note(note)
         return None
-    return timezone.now() + max(delay, timedelta(0))
+    return clock.now() + max(delay, timedelta(0))
 
 
 def _unusable_retry_delay(delay: object) -> str:

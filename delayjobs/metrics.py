@@ -80,6 +80,12 @@ if ENABLED:
         "When a consumer last beat (Unix time): a stale one is stuck.",
         multiprocess_mode="livemax",
     )
+    CLOCK_OFFSET = Gauge(
+        "delayjobs_clock_offset_seconds",
+        "How far a consumer host's clock is behind the database server's (negative: ahead); "
+        "due times and leases use the server's clock.",
+        multiprocess_mode="liveall",
+    )
 
 
 def jobs_scheduled(jobs: Iterable[DelayedJob]) -> None:
@@ -131,6 +137,12 @@ def consumer_beat(in_flight: int) -> None:
     if ENABLED:
         IN_FLIGHT.set(in_flight)
         HEARTBEAT.set(time.time())
+
+
+def clock_offset(offset: float | None) -> None:
+    """How far this host's clock is behind the database server's (see delayjobs.clock)."""
+    if ENABLED and offset is not None:
+        CLOCK_OFFSET.set(offset)
 
 
 def consumer_running(running: bool) -> None:

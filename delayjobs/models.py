@@ -358,6 +358,15 @@ class Consumer(models.Model):
     database_mode = models.BooleanField(
         _("Redis-down mode"), default=False, help_text=_("Claiming from the database.")
     )
+    clock_offset = models.FloatField(
+        _("clock offset (s)"),
+        null=True,
+        blank=True,
+        help_text=_(
+            "How far the host's clock is behind the database server's, in seconds "
+            "(negative: ahead). Due times and leases use the server's clock either way."
+        ),
+    )
 
     objects = WriteDatabaseManager()
 

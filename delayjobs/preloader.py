@@ -21,7 +21,7 @@ from django.db.models import Q
 from django.utils import timezone
 from redis import RedisError
 
-from delayjobs import metrics, pauses
+from delayjobs import clock, metrics, pauses
 from delayjobs.api import schedule
 from delayjobs.conf import settings
 from delayjobs.db import drop_broken_connections
@@ -62,7 +62,7 @@ def preload(*, store: RedisStore | None = None, now: datetime | None = None) -> 
     with store.preload_lock(lock_ttl) as acquired:
         if not acquired:
             return PassResult(ran=False)
-        return _pass(store, now or timezone.now())
+        return _pass(store, now or clock.now())
 
 
 def _pass(store: RedisStore, now: datetime) -> PassResult:

@@ -12,16 +12,17 @@ import socket
 from collections.abc import Sequence
 from datetime import timedelta
 
-from django.utils import timezone
-
+from delayjobs import clock
 from delayjobs.models import Consumer
 
 STALE_AFTER = timedelta(days=1)
 
 
-def announce(worker_id: str, *, queues: Sequence[str], concurrency: int) -> None:
+def announce(
+    worker_id: str, *, queues: Sequence[str], concurrency: int, clock_offset: float | None
+) -> None:
     """A consumer starts: write its row (replacing one of the same id), drop stale ones."""
-    now = timezone.now()
+    now = clock.now()
     Consumer.objects.filter(last_seen__lt=now - STALE_AFTER).delete()
     Consumer.objects.update_or_create(
         worker_id=worker_id,
@@ -34,15 +35,21 @@ def announce(worker_id: str, *, queues: Sequence[str], concurrency: int) -> None
             "last_seen": now,
             "processed": 0,
             "database_mode": False,
+            "clock_offset": clock_offset,
         },
     )
 
 
-def beat(worker_id: str, *, processed: int, database_mode: bool) -> bool:
+def beat(
+    worker_id: str, *, processed: int, database_mode: bool, clock_offset: float | None
+) -> bool:
     """A heartbeat; False if the row is gone (deleted by hand), so the caller re-announces."""
     return bool(
         Consumer.objects.filter(worker_id=worker_id).update(
-            last_seen=timezone.now(), processed=processed, database_mode=database_mode
+            last_seen=clock.now(),
+            processed=processed,
+            database_mode=database_mode,
+            clock_offset=clock_offset,
         )
     )
 

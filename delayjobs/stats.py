@@ -21,6 +21,7 @@ from django.db.models import Count
 from django.db.models.functions import TruncMinute
 from django.utils import timezone
 
+from delayjobs.conf import settings
 from delayjobs.models import (
     AttemptOutcome,
     Consumer,
@@ -116,7 +117,14 @@ class LiveConsumer:
     last_seen: datetime
     processed: int
     database_mode: bool
+    clock_offset: float | None
     running: list[RunningJob]
+
+    @property
+    def clock_skewed(self) -> bool:
+        """Its host's clock is off by more than CLOCK_OFFSET_WARNING: broken time sync."""
+        limit = settings.CLOCK_OFFSET_WARNING.total_seconds()
+        return self.clock_offset is not None and abs(self.clock_offset) > limit
 
 
 @dataclass(frozen=True)
@@ -338,6 +346,7 @@ def _consumers(now: datetime) -> tuple[list[LiveConsumer], list[RunningJob]]:
             "last_seen",
             "processed",
             "database_mode",
+            "clock_offset",
         )
     )
     running: dict[str, list[RunningJob]] = defaultdict(list)

@@ -32,7 +32,7 @@ from django.db.models.expressions import RawSQL
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
-from delayjobs import metrics
+from delayjobs import clock, metrics
 from delayjobs.bulk import insert_attempts
 from delayjobs.db import column, fetch_models, update_returning
 from delayjobs.exceptions import DuplicateJob, InvalidTransition
@@ -307,7 +307,7 @@ def _paused() -> Exists:
 
 def renew_leases(jobs_by_lease: Mapping[timedelta, Iterable[int]], *, worker_id: str) -> int:
     """Push the leases of jobs this worker is still running further out (heartbeat)."""
-    now = timezone.now()
+    now = clock.now()
     renewed = 0
     for lease, ids in jobs_by_lease.items():
         renewed += DelayedJob.objects.filter(
@@ -343,7 +343,7 @@ def take_over(
     after its lease expired and the job was reaped, retried or claimed again finds
     nothing to take, so an attempt runs at most once per claim.
     """
-    now = timezone.now()
+    now = clock.now()
     changed = DelayedJob.objects.filter(
         pk=job_id,
         status=JobStatus.RUNNING,
@@ -449,7 +449,7 @@ def record_outcomes(outcomes: Sequence[Outcome]) -> list[IndexEntry]:
     retries: list[IndexEntry] = []
     if not outcomes:
         return retries
-    recorded_at = timezone.now()
+    recorded_at = clock.now()
     with transaction.atomic(using=jobs_database()):
         # Clean ends without a result are the common case: one UPDATE per claim they came
         # from and status they end in.

@@ -97,6 +97,10 @@ def report(figures: stats.Stats) -> Iterator[str]:
     yield f"Live consumers: {len(figures.consumers)}"
     for consumer in figures.consumers:
         mode = ", Redis-down mode" if consumer.database_mode else ""
+        if consumer.clock_offset is not None:
+            mode += f"; clock offset {consumer.clock_offset:+.3f} s"
+            if consumer.clock_skewed:
+                mode += " (WARNING: this host's clock is off; fix its time sync)"
         yield (
             f"  {consumer.worker_id} on {consumer.hostname} (pid {consumer.pid}), queues "
             f"{', '.join(consumer.queues) or '-'}; running {len(consumer.running)}/"
