@@ -23,7 +23,6 @@ server is ahead), for the consumer's heartbeat row, ``delayjobs_status`` and met
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -40,6 +39,7 @@ SYNC_INTERVAL = 60.0
 #: Queries per reading: the one with the shortest round trip is kept.
 SAMPLES = 3
 _NS = 1_000_000_000
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 #: The server's time now, as seconds since the epoch, per database vendor. clock_timestamp()
 #: and SYSDATE() change during a transaction (now() would repeat its start). SQLite's file
@@ -71,12 +71,13 @@ class SharedClock:
     ) -> None:
         self._read_server = read_server
         self.interval = interval
-        self._lock = threading.Lock()
-        # server_ns = _base_ns + (monotonic_ns() - _base_monotonic_ns); None: never read.
-        self._base_ns: int | None = None
-        self._base_monotonic_ns = 0
+        # (server's ns, monotonic ns) at the reading: server now = server's ns + monotonic
+        # ns since. One attribute, swapped whole, so a reader never mixes two readings (and
+        # needs no lock: the time is read several times per job).
+        self._base: tuple[int, int] | None = None
         self._offset: float | None = None
-        self._attempted_at: float | None = None  # time.monotonic() of the last try to read
+        # time.monotonic_ns() of the last try to read (None: never tried).
+        self._attempted_ns: int | None = None
         self._unreadable_warned = False
 
     def sync(self) -> float | None:
@@ -84,7 +85,7 @@ class SharedClock:
         best: tuple[int, int, int, int] | None = None  # (round trip, server, monotonic, wall)
         # Also when the read fails: a database that is down is asked again an interval
         # later, not on every look at the time.
-        self._attempted_at = time.monotonic()
+        self._attempted_ns = time.monotonic_ns()
         try:
             for _ in range(SAMPLES):
                 before = time.monotonic_ns()
@@ -99,32 +100,32 @@ class SharedClock:
         assert best is not None
         _round_trip, server_ns, after, wall_ns = best
         self._unreadable_warned = False  # readable again: warn of the next outage
-        with self._lock:
-            # The server read its clock at some moment of the round trip, at the latest
-            # when the answer arrived: counting from there, this clock is never ahead of
-            # the server's (so never starts a job early), and behind by at most the
-            # shortest round trip.
-            self._base_ns = server_ns
-            self._base_monotonic_ns = after
-            self._offset = (server_ns - wall_ns) / _NS
+        # The server read its clock at some moment of the round trip, at the latest when
+        # the answer arrived: counting from there, this clock is never ahead of the
+        # server's (so never starts a job early), and behind by at most the shortest
+        # round trip.
+        self._base = (server_ns, after)
+        self._offset = (server_ns - wall_ns) / _NS
         return self._offset
 
     def due(self) -> bool:
         """Whether the last reading is older than ``interval`` (or there is none)."""
-        attempted_at = self._attempted_at
-        return attempted_at is None or time.monotonic() - attempted_at >= self.interval
+        attempted = self._attempted_ns
+        return attempted is None or time.monotonic_ns() - attempted >= self.interval * _NS
 
     def time_ns(self) -> int:
         """The server's time now, in nanoseconds since the epoch."""
-        attempted_at = self._attempted_at
-        if attempted_at is None or time.monotonic() - attempted_at > 2 * self.interval:
+        now = time.monotonic_ns()
+        attempted = self._attempted_ns
+        if attempted is None or now - attempted > 2 * self.interval * _NS:
             # Never read, or stale: nobody reads it on a schedule here (a consumer does, on
             # its heartbeat, so that its job threads never query for the time).
             self.sync()
-        with self._lock:
-            if self._base_ns is None:
-                return time.time_ns()  # unreadable so far: this host's clock (warned once)
-            return self._base_ns + (time.monotonic_ns() - self._base_monotonic_ns)
+            now = time.monotonic_ns()
+        base = self._base
+        if base is None:
+            return time.time_ns()  # unreadable so far: this host's clock (warned once)
+        return base[0] + (now - base[1])
 
     def time(self) -> float:
         """The server's time now, in seconds since the epoch."""
@@ -132,8 +133,9 @@ class SharedClock:
 
     def now(self) -> datetime:
         """The server's time now, as an aware UTC datetime (what ``timezone.now()`` gives)."""
-        seconds, nanoseconds = divmod(self.time_ns(), _NS)
-        return datetime.fromtimestamp(seconds, UTC) + timedelta(microseconds=nanoseconds // 1000)
+        # Exact to the microsecond (as a datetime stores it), truncated: never later than
+        # time_ns(), which a float timestamp's rounding could make it.
+        return _EPOCH + timedelta(microseconds=self.time_ns() // 1000)
 
     def offset(self) -> float | None:
         """Seconds this host's wall clock is behind the server's, at the last reading."""
