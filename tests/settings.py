@@ -40,7 +40,8 @@ if SERVICES.db == "postgres":
             "NAME": DB_NAME_OVERRIDE or "delayjobs",
             "USER": "postgres",
             "PASSWORD": "",
-            "HOST": LOOPBACK,
+            # A consumer in a network namespace of tests/scale reaches it at another address.
+            "HOST": os.environ.get("DELAYJOBS_TEST_PG_HOST") or LOOPBACK,
             "PORT": str(SERVICES.pg_port),
             "TEST": {"NAME": "test_delayjobs"},
         }
