@@ -30,9 +30,14 @@ DEFAULTS: dict[str, Any] = {
     # The longest a consumer sleeps without looking at Redis. Only a safety net: it is
     # woken by a notification when a sooner job is added.
     "IDLE_TIMEOUT": timedelta(seconds=5),
-    # Redis socket timeouts, so that a dead Redis cannot hang schedule() for long.
+    # Redis socket timeouts, so that a dead Redis cannot hang schedule() for long, and a
+    # Redis that stops answering (frozen, or behind a partition that drops packets) is
+    # noticed by a consumer, which then claims from the database, within this long. 2 s
+    # is far above anything delayjobs asks of Redis (each script touches at most 1,000
+    # members: milliseconds, whatever the backlog); a Redis blocked longer by something
+    # else is taken for dead, which costs a moment on the database, never a job.
     "REDIS_CONNECT_TIMEOUT": 1.0,
-    "REDIS_SOCKET_TIMEOUT": 5.0,
+    "REDIS_SOCKET_TIMEOUT": 2.0,
     # While Redis cannot be reached, consumers claim due jobs straight from the database,
     # this often (and go back to Redis by themselves once it answers again).
     "DATABASE_POLL_INTERVAL": timedelta(seconds=1),

@@ -10,7 +10,7 @@ Threads of one consumer process:
 - heartbeat: renews the leases of running jobs;
 - pre-loader: a pass every PRELOAD_INTERVAL (one process at a time, by a Redis lock).
 
-Redis-down mode: when Redis cannot be reached twice in a row, main claims due jobs
+Redis-down mode: when Redis fails twice in a row (or times out once), main claims due jobs
 straight from the database every DATABASE_POLL_INTERVAL (sooner when it knows a job is
 due sooner) and reaps expired leases itself, until the listener sees Redis answer again;
 then one pre-loader pass refills Redis (it may have come back empty) and main goes back
@@ -39,6 +39,7 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, connections
 from redis import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from delayjobs import celery_executor, clock, metrics, pauses, preloader, presence, transitions
 from delayjobs.conf import EXECUTORS, settings
@@ -898,8 +899,9 @@ class Consumer(DatabaseMode, TimeOuts):
         """Log a failure of the main loop; return how long to wait before trying again.
 
         The first failure is retried at once: usually an idle connection that the server,
-        a pooler or the network dropped, which a reconnect mends. A second Redis failure
-        switches to Redis-down mode; the database is waited for, with a back-off.
+        a pooler or the network dropped, which a reconnect mends. A second Redis failure,
+        or a first that is a time-out, switches to Redis-down mode; the database is
+        waited for, with a back-off.
         """
         if isinstance(exc, RedisError):
             self._redis_back.clear()
@@ -909,7 +911,10 @@ class Consumer(DatabaseMode, TimeOuts):
             if self._database_mode:
                 return 0.0  # it failed again on the way back: stay, say nothing new
             self._redis_failures += 1
-            if self._redis_failures == 1:
+            # A time-out is conclusive at once: it already waited the whole socket timeout
+            # (Redis frozen, or the network dropping packets), and a retry would only wait
+            # it out again before the fallback, doubling every job's lateness.
+            if self._redis_failures == 1 and not isinstance(exc, RedisTimeoutError):
                 logger.info("Consumer %s: Redis error (%s); retrying at once.", self.worker_id, exc)
             else:
                 self._enter_database_mode(exc)

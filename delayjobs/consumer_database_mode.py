@@ -1,9 +1,11 @@
 """Redis-down mode of a consumer: a mixin of ``Consumer``.
 
-When Redis cannot be reached twice in a row, the consumer claims due jobs straight from
-the database every DATABASE_POLL_INTERVAL (sooner when it knows a job is due sooner) and
-reaps expired leases itself, until its listener sees Redis answer again; then it refills
-Redis (it may have come back empty) and goes back to it. Each change is logged once.
+When Redis cannot be reached twice in a row, or does not answer within its socket timeout
+once (frozen, or cut off by a partition that drops packets), the consumer claims due jobs
+straight from the database every DATABASE_POLL_INTERVAL (sooner when it knows a job is
+due sooner) and reaps expired leases itself, until its listener sees Redis answer again;
+then it refills Redis (it may have come back empty) and goes back to it. Each change is
+logged once.
 """
 
 from __future__ import annotations

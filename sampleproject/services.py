@@ -282,8 +282,11 @@ class RedisServer(_Service):
         *,
         password: str | None = None,
         tls: bool = False,
+        listen: tuple[str, ...] = (),
     ) -> None:
         self._requested_port = port
+        # Addresses to bind besides 127.0.0.1 (a test's veth pairs, say): each must exist.
+        self.listen = (LOOPBACK, *listen)
         self.port: int | None = port
         self.password = password
         self.tls = tls
@@ -356,7 +359,7 @@ class RedisServer(_Service):
         return [
             binary,
             "--bind",
-            LOOPBACK,
+            *self.listen,
             *ports,
             *auth,
             "--save",
@@ -477,13 +480,26 @@ class PostgresServer(_Service):
     name = "delayjobs"
     host = LOOPBACK
 
-    def __init__(self, port: int | None = None, *, durable: bool = False) -> None:
+    def __init__(
+        self,
+        port: int | None = None,
+        *,
+        durable: bool = False,
+        listen: tuple[str, ...] = (),
+        trusted: tuple[str, ...] = (),
+    ) -> None:
         """``durable=False`` (tests) trades crash safety for speed: no fsync on commit.
 
         ``durable=True`` keeps PostgreSQL's defaults, as a production server runs, for
         benchmarks whose figures must mean something outside this machine.
+
+        ``listen``: addresses to listen on besides 127.0.0.1 (each must exist);
+        ``trusted``: networks (CIDR) whose clients may connect without a password, as
+        127.0.0.1 may.
         """
         self._requested_port = port
+        self.listen = (LOOPBACK, *listen)
+        self.trusted = trusted
         self.durable = durable
         self.port: int | None = port
         self._root: Path | None = None
@@ -576,6 +592,9 @@ class PostgresServer(_Service):
                 ],
                 self._root / "initdb.log",
             )
+            if self.trusted:
+                with open(self.data_dir / "pg_hba.conf", "a") as hba:
+                    hba.writelines(f"host all all {network} trust\n" for network in self.trusted)
             attempts = 1 if self._requested_port else 3
             for attempt in range(attempts):
                 if self._requested_port is None:
@@ -618,7 +637,7 @@ class PostgresServer(_Service):
                     "-k",
                     str(self._root),
                     "-c",
-                    f"listen_addresses={LOOPBACK}",
+                    f"listen_addresses={','.join(self.listen)}",
                     "-c",
                     "max_connections=200",
                     *([] if self.durable else FAST_UNSAFE_OPTIONS),

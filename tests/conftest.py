@@ -6,7 +6,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -58,13 +58,15 @@ class ConsumerProcess:
         log_path: Path,
         env: dict[str, str],
         command: tuple[str, ...] = CONSUMER,
+        prefix: Sequence[str] = (),
     ) -> None:
+        """``prefix``: what runs ``python`` (``ip netns exec NAME``, say), if anything."""
         self.args = args
         self.log_path = log_path
         # The child gets its own copy of the descriptor; the parent keeps none open.
         with open(log_path, "wb") as log:
             self.process = subprocess.Popen(
-                [sys.executable, *command, *args],
+                [*prefix, sys.executable, *command, *args],
                 cwd=REPO_ROOT,
                 env=env,
                 stdin=subprocess.DEVNULL,

@@ -41,8 +41,11 @@ if SERVICES.db == "postgres":
             "NAME": DB_NAME_OVERRIDE or "delayjobs",
             "USER": "postgres",
             "PASSWORD": "",
-            "HOST": LOOPBACK,
+            # A consumer in a network namespace of tests/scale reaches it at another address.
+            "HOST": os.environ.get("DELAYJOBS_TEST_PG_HOST") or LOOPBACK,
             "PORT": str(SERVICES.pg_port),
+            # libpq options of a run, as JSON: tcp_user_timeout for tests/scale, say.
+            "OPTIONS": json.loads(os.environ.get("DELAYJOBS_TEST_PG_OPTIONS") or "{}"),
             "TEST": {"NAME": "test_delayjobs"},
         }
     }

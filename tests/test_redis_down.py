@@ -16,10 +16,14 @@ from typing import Any
 import pytest
 from django.db import connections
 from django.utils import timezone
+from redis import Redis, RedisError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 import delayjobs
 from delayjobs.consumer import Consumer
 from delayjobs.models import DelayedJob
+from delayjobs.redis_store import RedisStore
 from tests.conftest import ConsumerFactory, ConsumerProcess
 from tests.consumers import Outage, check_alive, executions_per_job, wait_final, wait_output
 from tests.models import Execution
@@ -142,3 +146,27 @@ def test_redis_lost_in_a_backlog_with_busy_threads_switches_to_the_database(
         consumer.request_stop()
         loop.join(timeout=30)
     assert not loop.is_alive()
+
+
+@pytest.mark.parametrize(
+    ("error", "failures_before_fallback"),
+    [
+        # Frozen, or behind a partition that drops packets: the socket timeout already ran
+        # out once; waiting it out a second time would only double every job's lateness.
+        (RedisTimeoutError("Timeout reading from socket"), 1),
+        # Refused or reset: usually an idle connection dropped, which a reconnect mends.
+        (RedisConnectionError("Connection reset by peer"), 2),
+    ],
+)
+def test_a_time_out_falls_back_to_the_database_at_once_a_refusal_after_one_retry(
+    error: RedisError, failures_before_fallback: int
+) -> None:
+    # Nothing listens on port 1: the store is never reached, only its errors are fed in.
+    consumer = Consumer(
+        queues=["default"], store=RedisStore(Redis.from_url("redis://127.0.0.1:1/0"))
+    )
+    for _ in range(failures_before_fallback - 1):
+        assert consumer._failed(error) == 0.0
+        assert not consumer._database_mode
+    assert consumer._failed(error) == 0.0
+    assert consumer._database_mode

@@ -52,9 +52,11 @@ class RestartableRedis(RedisServer):
 class FaultServices:
     """The suite's servers, and how its subprocesses and checks reach them."""
 
-    def __init__(self) -> None:
-        self.postgres = RestartablePostgres()
-        self.redis = RestartableRedis()
+    def __init__(self, *, listen: tuple[str, ...] = (), trusted: tuple[str, ...] = ()) -> None:
+        """``listen``: addresses both servers listen on besides 127.0.0.1; ``trusted``:
+        networks PostgreSQL lets in (tests/scale's network namespaces reach them so)."""
+        self.postgres = RestartablePostgres(listen=listen, trusted=trusted)
+        self.redis = RestartableRedis(listen=listen)
 
     def start(self) -> FaultServices:
         try:
