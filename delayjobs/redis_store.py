@@ -5,6 +5,12 @@ pub/sub channel that announces "the earliest due time of this queue just moved e
 Both keys carry the queue as a Redis Cluster hash tag, so each script touches one slot.
 Redis only ever holds ids and times: everything else stays in the database row.
 
+On a Redis Cluster (``REDIS_CLUSTER``), every key of a queue (its lanes' sets, its wake
+channel) hashes to the slot of ``{queue}``, so a queue lives on one master. The other
+names are single keys or channels: the pre-loader lock (one key, one slot of its own) and
+the control channel. Pipelines here are never transactions, so redis-py splits them per
+node. Plain PUBLISH (from a script too) reaches the subscribers of every node.
+
 Lanes: a job type with a concurrency limit of its own (``JobType.concurrency``) gets a
 sorted set of its own within each queue. A consumer pops it only while the type has a
 free slot, so a flood of that type neither takes every slot nor has to be popped and put
@@ -25,6 +31,7 @@ from typing import Any, cast
 import redis
 from django.core.signals import setting_changed
 from django.dispatch import receiver
+from redis.cluster import RedisCluster
 
 from delayjobs.conf import settings
 from delayjobs.jobtypes import registry
@@ -71,6 +78,9 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) 
 return 0
 """
 
+#: What ``get_client()`` returns: a client of one server, or of a Redis Cluster.
+Client = redis.Redis | RedisCluster
+
 #: An entry of the index: (job id, lane, due time as epoch seconds); see ``lane``.
 IndexEntry = tuple[int, str, float]
 
@@ -81,12 +91,12 @@ LANE_SEPARATOR = "|"
 SCRIPT_CHUNK = 1000
 
 _client_lock = threading.Lock()
-_client: redis.Redis | None = None
+_client: Client | None = None
 _client_owned = False  # made from REDIS_URL by us (so ours to close), not django-redis's
 _store: RedisStore | None = None
 
 
-def get_client() -> redis.Redis:
+def get_client() -> Client:
     """The shared Redis client (thread-safe; connection-pooled)."""
     global _client, _client_owned
     if _client is None:
@@ -97,18 +107,22 @@ def get_client() -> redis.Redis:
     return _client
 
 
-def _connect() -> redis.Redis:
+def _connect() -> Client:
     kind, target = settings.redis_target
     if kind == "cache":
         from django_redis import get_redis_connection
 
         return get_redis_connection(target)
-    return redis.Redis.from_url(
-        target,
-        socket_connect_timeout=settings.REDIS_CONNECT_TIMEOUT,
-        socket_timeout=settings.REDIS_SOCKET_TIMEOUT,
-        health_check_interval=30,
-    )
+    options: dict[str, Any] = {
+        "socket_connect_timeout": settings.REDIS_CONNECT_TIMEOUT,
+        "socket_timeout": settings.REDIS_SOCKET_TIMEOUT,
+        "health_check_interval": 30,
+    }
+    if settings.REDIS_CLUSTER:
+        # The URL names any one node; the client asks it for the others and for who owns
+        # each slot, and follows MOVED/ASK redirections when slots move.
+        return RedisCluster.from_url(target, **options)
+    return redis.Redis.from_url(target, **options)
 
 
 def get_store() -> RedisStore:
@@ -142,6 +156,8 @@ def describe_target() -> str:
     kind, target = settings.redis_target
     if kind == "cache":
         return f"django-redis cache {target!r}"
+    if settings.REDIS_CLUSTER:
+        return f"Redis Cluster at {mask_url(target)}"
     return mask_url(target)
 
 
@@ -228,8 +244,11 @@ def _decode(value: bytes | str) -> str:
 class RedisStore:
     """Operations on the timing index. Cheap to create; holds no state of its own."""
 
-    def __init__(self, client: redis.Redis | None = None) -> None:
+    def __init__(self, client: Client | None = None) -> None:
         self.client = client or get_client()
+        # redis-py refuses EVALSHA in a cluster pipeline (it cannot load a missing script
+        # on the right node there), so add() sends the script's text in that case.
+        self._cluster = isinstance(self.client, RedisCluster)
         self._add = self.client.register_script(ADD_LUA)
         self._pop_due = self.client.register_script(POP_DUE_LUA)
         self._release = self.client.register_script(RELEASE_LOCK_LUA)
@@ -245,7 +264,13 @@ class RedisStore:
         for lane_name, argv in argv_by_lane.items():
             keys = [due_key(lane_name), wake_channel(lane_name)]
             for start in range(0, len(argv), 2 * SCRIPT_CHUNK):
-                self._add(keys=keys, args=argv[start : start + 2 * SCRIPT_CHUNK], client=pipe)
+                chunk = argv[start : start + 2 * SCRIPT_CHUNK]
+                if self._cluster:
+                    # EVAL, not EVALSHA: no node can answer NOSCRIPT (a new or restarted
+                    # master has an empty script cache). Both keys are in the lane's slot.
+                    pipe.execute_command("EVAL", ADD_LUA, len(keys), *keys, *chunk)
+                else:
+                    self._add(keys=keys, args=chunk, client=pipe)
         return sum(int(n) for n in pipe.execute())
 
     def remove(self, entries: Iterable[IndexEntry]) -> None:
