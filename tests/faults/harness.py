@@ -161,8 +161,12 @@ class FaultRun:
         bulk: bool = True,
         cancel: int = 0,
         cancel_margin: float = 1.0,
+        queues: Sequence[str] = (),
     ) -> Batch:
-        """Schedule ``count`` jobs due from ``start_in`` s from now, over ``spread`` s."""
+        """Schedule ``count`` jobs due from ``start_in`` s from now, over ``spread`` s.
+
+        ``queues``: spread the jobs over these queues, round robin (default: the suite's).
+        """
         answer = self._driver(
             {
                 "action": "schedule",
@@ -173,6 +177,7 @@ class FaultRun:
                 "bulk": bulk,
                 "cancel": cancel,
                 "cancel_margin": cancel_margin,
+                "queues": list(queues),
             }
         )
         batch = Batch(
@@ -195,6 +200,12 @@ class FaultRun:
         cancelled = set(answer["cancelled"])
         self.cancelled |= cancelled
         return cancelled
+
+    def set_paused(self, queue: str, paused: bool) -> float:
+        """Pause or resume ``queue`` from a process of its own; when it was committed."""
+        answer = self._driver({"action": "pause" if paused else "resume", "queue": queue})
+        assert answer["changed"], f"{queue!r} was {'already' if paused else 'not'} paused"
+        return float(answer["at"])
 
     # The ledger ---------------------------------------------------------------------------
 
