@@ -19,24 +19,29 @@ back over and over. Every other job of the queue shares the queue's set.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import secrets
 import threading
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any, cast
+from typing import Any, ParamSpec, TypeVar, cast
 
 import redis
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 from redis.cluster import RedisCluster
+from redis.exceptions import RedisClusterException
 
 from delayjobs.conf import settings
 from delayjobs.jobtypes import registry
 
 logger = logging.getLogger(__name__)
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 # Add members, or move them EARLIER (never later); publish on the wake channel if the
 # earliest score moved earlier, so sleeping consumers re-plan their sleep.
@@ -121,7 +126,10 @@ def _connect() -> Client:
     if settings.REDIS_CLUSTER:
         # The URL names any one node; the client asks it for the others and for who owns
         # each slot, and follows MOVED/ASK redirections when slots move.
-        return RedisCluster.from_url(target, **options)
+        try:
+            return RedisCluster.from_url(target, **options)
+        except RedisClusterException as exc:  # no node answered: see _redis_errors
+            raise ClusterUnreachable(str(exc)) from exc
     return redis.Redis.from_url(target, **options)
 
 
@@ -237,6 +245,29 @@ def preload_lock_key() -> str:
     return f"{_prefix()}:preload-lock"
 
 
+class ClusterUnreachable(redis.ConnectionError):
+    """No node of the Redis Cluster answers (redis-py's RedisClusterException)."""
+
+
+def _redis_errors(method: Callable[P, R]) -> Callable[P, R]:
+    """Raise a Redis Cluster's RedisClusterException as a RedisError.
+
+    redis-py raises it, not a RedisError, when no node of the cluster answers (or no
+    node serves a slot). Every caller handles RedisError as "Redis is down": the hand-off
+    is left to the pre-loader (invariant 7), consumers claim from the database. Without
+    this, a cluster outage would be an unexpected error to them instead.
+    """
+
+    @functools.wraps(method)
+    def translated(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return method(*args, **kwargs)
+        except RedisClusterException as exc:
+            raise ClusterUnreachable(str(exc)) from exc
+
+    return translated
+
+
 def _decode(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
@@ -253,6 +284,7 @@ class RedisStore:
         self._pop_due = self.client.register_script(POP_DUE_LUA)
         self._release = self.client.register_script(RELEASE_LOCK_LUA)
 
+    @_redis_errors
     def add(self, entries: Iterable[IndexEntry]) -> int:
         """Add entries, or move them earlier (never later); one round trip for all lanes."""
         argv_by_lane: dict[str, list[str]] = defaultdict(list)
@@ -273,6 +305,7 @@ class RedisStore:
                     self._add(keys=keys, args=chunk, client=pipe)
         return sum(int(n) for n in pipe.execute())
 
+    @_redis_errors
     def remove(self, entries: Iterable[IndexEntry]) -> None:
         """Drop entries (a cancelled job need not wait to be popped and skipped)."""
         members_by_lane: dict[str, list[str]] = defaultdict(list)
@@ -285,6 +318,7 @@ class RedisStore:
             pipe.zrem(due_key(lane_name), *members)
         pipe.execute()
 
+    @_redis_errors
     def pop_due(
         self, lane_name: str, now: float, limit: int
     ) -> tuple[list[tuple[int, float]], bool]:
@@ -301,6 +335,7 @@ class RedisStore:
         taken = [(int(_decode(found[i])), float(found[i + 1])) for i in range(0, len(found), 2)]
         return taken, more_due
 
+    @_redis_errors
     def next_due(self, lane_names: Iterable[str]) -> float | None:
         """The earliest score over some lanes (or queues), or None if all are empty."""
         pipe = self.client.pipeline(transaction=False)
@@ -309,9 +344,11 @@ class RedisStore:
         scores = [entry[0][1] for entry in pipe.execute() if entry]
         return min(scores) if scores else None
 
+    @_redis_errors
     def size(self, queue: str) -> int:
         return int(self.client.zcard(due_key(queue)))
 
+    @_redis_errors
     def members(self, queue: str) -> dict[int, float]:
         """Every id and score of a queue (for tests and diagnostics; O(n))."""
         return {
@@ -326,25 +363,35 @@ class RedisStore:
     def preload_lock(self, ttl_seconds: float) -> Iterator[bool]:
         """Hold the pre-loader lock if free; yields whether we got it. Expires by itself."""
         token = secrets.token_hex(16)
-        acquired = bool(
-            self.client.set(preload_lock_key(), token, nx=True, px=max(1, int(ttl_seconds * 1000)))
-        )
+        acquired = self._acquire_lock(token, ttl_seconds)
         try:
             yield acquired
         finally:
             if acquired:
-                self._release(keys=[preload_lock_key()], args=[token])
+                self._release_lock(token)
 
+    @_redis_errors
+    def _acquire_lock(self, token: str, ttl_seconds: float) -> bool:
+        milliseconds = max(1, int(ttl_seconds * 1000))
+        return bool(self.client.set(preload_lock_key(), token, nx=True, px=milliseconds))
+
+    @_redis_errors
+    def _release_lock(self, token: str) -> None:
+        self._release(keys=[preload_lock_key()], args=[token])
+
+    @_redis_errors
     def ping(self) -> None:
         """Raise RedisError unless Redis answers (used to notice that it is back)."""
         self.client.ping()
 
+    @_redis_errors
     def subscribe_wake(self, queues: Iterable[str]) -> redis.client.PubSub:
         """Wake channels of ``queues``, and the control channel (pauses, resumes)."""
         pubsub = self.client.pubsub(ignore_subscribe_messages=True)
         pubsub.subscribe(*[wake_channel(queue) for queue in queues], control_channel())
         return pubsub
 
+    @_redis_errors
     def announce_control(self) -> None:
         """Tell every consumer that pauses changed (they re-read them from the database)."""
         self.client.publish(control_channel(), "pauses")

@@ -11,7 +11,8 @@ Requests:
   "bulk": true, "cancel": K, "cancel_margin": M}``: N jobs due from S seconds from now
   (negative: in the past) spread evenly over D seconds, in one ``schedule_many`` or with
   one ``schedule`` each; then K of them are cancelled (see below). With ``"queues": [...]``
-  job n goes to ``queues[n % len(queues)]`` instead of the job type's queue.
+  job n goes to ``queues[n % len(queues)]`` instead of the job type's queue. With
+  ``"then_pause": Q`` the queue Q is paused right after (answer: ``paused_at``).
 - ``{"action": "cancel", "ids": [...], "count": K, "margin": M}``: cancel K of the given
   jobs, evenly spread over those still scheduled and due at least M seconds from now.
 - ``{"action": "pause", "queue": Q}`` and ``{"action": "resume", "queue": Q}``: pause or
@@ -56,7 +57,14 @@ def schedule(request: dict[str, Any]) -> dict[str, Any]:
     ended = time.time()
     ids = [job.pk for job in jobs]
     cancelled = cancel_some(ids, int(request.get("cancel", 0)), request.get("cancel_margin", 1.0))
+    paused_at = None
+    if request.get("then_pause"):
+        from delayjobs import pauses
+
+        pauses.pause(queue=request["then_pause"])
+        paused_at = time.time()
     return {
+        "paused_at": paused_at,
         "ids": ids,
         "run_at": [run_at.timestamp() for run_at in run_ats],
         "scheduled_at": scheduled_at,

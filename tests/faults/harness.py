@@ -63,6 +63,7 @@ class Batch:
     cancelled: set[int]
     began: float
     ended: float
+    paused_at: float | None = None  # when the queue given as then_pause was paused
 
 
 @dataclass
@@ -162,10 +163,12 @@ class FaultRun:
         cancel: int = 0,
         cancel_margin: float = 1.0,
         queues: Sequence[str] = (),
+        then_pause: str | None = None,
     ) -> Batch:
         """Schedule ``count`` jobs due from ``start_in`` s from now, over ``spread`` s.
 
         ``queues``: spread the jobs over these queues, round robin (default: the suite's).
+        ``then_pause``: a queue to pause right after, in the same process.
         """
         answer = self._driver(
             {
@@ -178,6 +181,7 @@ class FaultRun:
                 "cancel": cancel,
                 "cancel_margin": cancel_margin,
                 "queues": list(queues),
+                "then_pause": then_pause,
             }
         )
         batch = Batch(
@@ -187,6 +191,7 @@ class FaultRun:
             cancelled=set(answer["cancelled"]),
             began=answer["began"],
             ended=answer["ended"],
+            paused_at=answer["paused_at"],
         )
         self.run_at.update(batch.run_at)
         self.cancelled |= batch.cancelled

@@ -20,8 +20,8 @@ from typing import Any
 import redis
 from redis.cluster import RedisCluster
 
-from sampleproject.services import LOOPBACK, SYSTEM_REDIS_SERVER, RedisServer, free_port
-from tests.faults.services import FaultServices
+from sampleproject.services import LOOPBACK, SYSTEM_REDIS_SERVER, free_port
+from tests.faults.services import FaultServices, RestartableRedis
 from tests.utils import wait_for
 
 SLOTS = 16384
@@ -55,19 +55,27 @@ def cluster_redis_server() -> str:
     return binary
 
 
-class ClusterNode(RedisServer):
+class ClusterNode(RestartableRedis):
     """A ``RedisServer`` in cluster mode, with its cluster bus on a port of its own.
 
     The bus port is by default the client port + 10000, which may be taken (or past
     65535) for a free port picked at random: it gets a free port of its own instead.
+    Brought up again, it keeps both ports and its nodes.conf, so it rejoins the cluster
+    with its slots (and no data: nothing is persisted).
     """
 
     def __init__(self) -> None:
         super().__init__()
         self.bus_port: int | None = None
+        self._rejoining = False
+
+    def bring_up(self) -> None:
+        self._rejoining = True
+        super().bring_up()
 
     def _command(self, binary: str) -> list[str]:
-        self.bus_port = free_port()
+        if not self._rejoining:  # a first start, which may retry on other ports
+            self.bus_port = free_port()
         return [
             *super()._command(cluster_redis_server()),
             "--cluster-enabled", "yes",
@@ -112,20 +120,41 @@ class RedisClusterServers:
             for node in self.nodes[1:]:
                 clients[0].execute_command("CLUSTER MEET", LOOPBACK, node.port, node.bus_port)
 
-            def formed() -> bool:
-                return all(
-                    info.get("cluster_state") == "ok"
-                    and int(info.get("cluster_known_nodes", 0)) == len(self.nodes)
-                    for info in (client.cluster("INFO") for client in clients)
-                )
+            self._wait_formed(clients)
+        finally:
+            for client in clients:
+                client.close()
 
-            wait_for(
-                formed,
-                timeout=FORM_TIMEOUT,
-                interval=0.05,
-                message=f"the Redis Cluster did not form within {FORM_TIMEOUT}s: "
-                + json.dumps([client.cluster("INFO") for client in clients], default=str),
+    def _wait_formed(self, clients: list[redis.Redis]) -> None:
+        """Until every node reports the cluster ok and knows all the masters."""
+
+        def formed() -> bool:
+            return all(
+                info.get("cluster_state") == "ok"
+                and int(info.get("cluster_known_nodes", 0)) == len(self.nodes)
+                for info in (client.cluster("INFO") for client in clients)
             )
+
+        wait_for(
+            formed,
+            timeout=FORM_TIMEOUT,
+            interval=0.05,
+            message=f"the Redis Cluster did not form within {FORM_TIMEOUT}s: "
+            + json.dumps([client.cluster("INFO") for client in clients], default=str),
+        )
+
+    def take_down(self) -> None:
+        """Stop every node by its pid: the whole cluster is unreachable."""
+        for node in self.nodes:
+            node.take_down()
+
+    def bring_up(self) -> None:
+        """Start every node again on its ports; returns once the cluster is ok (empty)."""
+        for node in self.nodes:
+            node.bring_up()
+        clients = [node.client() for node in self.nodes]
+        try:
+            self._wait_formed(clients)
         finally:
             for client in clients:
                 client.close()

@@ -31,7 +31,7 @@ from delayjobs.redis_store import (
     wake_channel,
 )
 from tests.conftest import ConsumerProcess
-from tests.consumers import check_alive
+from tests.consumers import check_alive, wait_output
 from tests.faults.harness import JOBS, Batch, Execution, FaultRun, percentiles
 from tests.faults.results import REPO_ROOT, Results, environment
 from tests.scale.cluster import ClusterServices, RedisClusterServers, cluster_overrides
@@ -63,14 +63,16 @@ QUEUE_COUNT = 16
 RESULTS_PATH = REPO_ROOT / "build" / "scale" / "cluster.json"
 #: The consumers' safety-net sleep: long, so a job that starts on time after they went
 #: to sleep was woken by the wake channel (or the control channel), not by this timeout.
-IDLE_TIMEOUT = 30.0
+IDLE_TIMEOUT = 10.0
 #: Matches tests.settings, which the consumers use: the pre-loader loads 5 s ahead.
 PRELOAD_WINDOW = 5.0
 LOAD_JOBS = 1600
 LOAD_SPREAD = 12.0
 PAUSED_JOBS = 40
-#: How far ahead the paused queue's jobs are due: time for a driver process to pause it.
-PAUSE_LEAD = 4.0
+#: How far ahead the paused queue's jobs are due: time to pause it once they are in Redis.
+PAUSE_LEAD = 2.0
+#: Jobs due while no node of the cluster answers.
+OUTAGE_JOBS = 160
 
 
 @pytest.fixture(scope="module")
@@ -281,8 +283,11 @@ def test_sixteen_queues_two_consumers_exactly_once_on_time(
     # puts them back into Redis and is announced on the control channel: a consumer that
     # missed the announcement would go on skipping the queue until IDLE_TIMEOUT.
     paused_queue, other_queue = names[0], next(n for n in names if queues[n] != queues[names[0]])
-    held = run.schedule(PAUSED_JOBS, start_in=PAUSE_LEAD, spread=0.5, queues=[paused_queue])
-    paused = run.set_paused(paused_queue, True)
+    held = run.schedule(
+        PAUSED_JOBS, start_in=PAUSE_LEAD, spread=0.5, queues=[paused_queue], then_pause=paused_queue
+    )
+    assert held.paused_at is not None
+    paused = held.paused_at
     assert paused < min(held.run_at.values()), "paused after the jobs came due: too slow"
     # Due at least a second after the last held job, whenever the driver gets to it.
     after_held = max(held.run_at.values()) + 1.0 - time.time()
@@ -295,15 +300,34 @@ def test_sixteen_queues_two_consumers_exactly_once_on_time(
     resume_to_last = max(executed(run, held.ids).values()) - resumed
     assert resume_to_last < IDLE_TIMEOUT / 2, f"resume took {resume_to_last:.2f}s"
 
+    for consumer in consumers:
+        output = consumer.output()
+        # So far every job must have gone through the cluster: no consumer fell back to
+        # the database (Redis-down mode would run them all the same), no pass failed.
+        run.check("Redis unreachable" not in output, f"a consumer lost the cluster:\n{output}")
+        run.check("Pre-loader pass failed" not in output, f"a pre-loader pass failed:\n{output}")
+
+    # 4. The whole cluster down: consumers claim from the database, and go back to the
+    # cluster (refilled by a pre-loader pass) once it answers again.
+    # A sleeping consumer notices at its next look at Redis, IDLE_TIMEOUT at the latest.
+    down = time.time()
+    cluster.take_down()
+    for consumer in consumers:
+        wait_output(consumer, "Redis unreachable")
+    noticed = time.time() - down
+    outage = run.schedule(OUTAGE_JOBS, start_in=1.0, spread=2.0, queues=names)
+    wait_executed(run, outage, consumers)
+    up = time.time()
+    cluster.bring_up()
+    for consumer in consumers:
+        wait_output(consumer, "Redis is back", timeout=60)
+    back = time.time() - up
+    after = run.schedule(len(names), start_in=1.0, queues=names)
+    wait_executed(run, after, consumers)
+
     run.wait_final(consumers)
     executions = run.verify()
     per_master = executions_per_master(executions, queues, run)
-    for consumer in consumers:
-        output = consumer.output()
-        # Every job must have gone through the cluster: no consumer fell back to the
-        # database (Redis-down mode would run them all the same), no pass failed.
-        run.check("Redis unreachable" not in output, f"a consumer lost the cluster:\n{output}")
-        run.check("Pre-loader pass failed" not in output, f"a pre-loader pass failed:\n{output}")
     run.finish(
         queues=len(names),
         masters=len(cluster.nodes),
@@ -318,6 +342,11 @@ def test_sixteen_queues_two_consumers_exactly_once_on_time(
         ran_while_paused=len(ran_while_paused),
         resume_to_last_paused_job_seconds=round(resume_to_last, 3),
         pause_committed_before_due_seconds=round(min(held.run_at.values()) - paused, 3),
+        outage_jobs=OUTAGE_JOBS,
+        outage_noticed_by_both_seconds=round(noticed, 3),
+        cluster_restarted_to_both_back_seconds=round(back, 3),
+        outage_lateness_seconds=percentiles(lateness(run, outage)),
+        after_outage_lateness_seconds=percentiles(lateness(run, after)),
         executions_total=len(executions),
     )
 
