@@ -5,9 +5,10 @@ loopback ports. Every key of a queue carries the queue as a hash tag, so the 16 
 used here land on slots owned by all three masters (asserted), and each queue's scripts
 touch one slot. The store's core unit tests run again on a cluster client; then two
 ``run_delay_consumer`` processes with the pre-loader run jobs over the 16 queues, and the
-fault suite's ledger checks that every job ran exactly once and none early. Lateness is
-measured and reported (``build/scale/cluster.json``), not asserted, except where a wake
-that never came would make a job a whole IDLE_TIMEOUT late.
+fault suite's ledger checks that every job ran exactly once and none early, through a
+pause and resume and an outage of the whole cluster. Lateness is measured and reported
+(``build/scale/cluster.json``), not asserted, except where a wake or a resume
+announcement that never came would make jobs a whole IDLE_TIMEOUT late.
 """
 
 from __future__ import annotations
