@@ -150,6 +150,17 @@ def _check_redis(config: dict[str, Any]) -> list[checks.CheckMessage]:
                 id="delayjobs.E003",
             )
         ]
+    cluster = config.get("REDIS_CLUSTER", DEFAULTS["REDIS_CLUSTER"])
+    problem = _cluster_problem(cluster, url, alias) if cluster is not False else None
+    if problem:
+        return [
+            checks.Error(
+                f"DELAYJOBS['REDIS_CLUSTER'] is {cluster!r}, but {problem}",
+                hint="REDIS_CLUSTER = True with REDIS_URL naming any one node of the "
+                "cluster, e.g. 'redis://10.0.0.1:6379/0'.",
+                id="delayjobs.E017",
+            )
+        ]
     if alias is not None:
         caches = getattr(django_settings, "CACHES", {})
         cache = caches.get(alias) if isinstance(alias, str) else None
@@ -171,6 +182,22 @@ def _check_redis(config: dict[str, Any]) -> list[checks.CheckMessage]:
                 )
             ]
     return []
+
+
+def _cluster_problem(cluster: Any, url: Any, alias: Any) -> str | None:
+    """What is wrong with REDIS_CLUSTER and the URL it applies to, or None."""
+    if not isinstance(cluster, bool):
+        return "it must be True or False."
+    if alias is not None:
+        # django-redis has no Redis Cluster client: its pool would talk to one node and
+        # fail with MOVED on the keys of the others.
+        return "REDIS_CACHE_ALIAS is set: django-redis caches cannot reach a Redis Cluster."
+    if isinstance(url, str) and url.startswith("unix://"):
+        return "REDIS_URL is a unix:// socket: cluster nodes announce each other by host and port."
+    database = parse_url(url).get("db", 0) if isinstance(url, str) else 0
+    if int(database) != 0:
+        return f"REDIS_URL selects database {database}: a Redis Cluster has only database 0."
+    return None
 
 
 def _check_claim_ahead(config: dict[str, Any]) -> list[checks.CheckMessage]:

@@ -17,6 +17,9 @@ DEFAULTS: dict[str, Any] = {
     # whose connection pool is reused. At most one of the two.
     "REDIS_URL": None,
     "REDIS_CACHE_ALIAS": None,
+    # REDIS_URL names one node of a Redis Cluster: the client discovers the others and
+    # which node owns which hash slot (django-redis has no cluster client, so a URL only).
+    "REDIS_CLUSTER": False,
     # Prefix of every Redis key, so two projects can share one Redis.
     "KEY_PREFIX": "delayjobs",
     # How often the pre-loader runs, and how far ahead it loads. The window must be
@@ -137,6 +140,8 @@ class Settings:
         ):
             return DEFAULTS[name]
         if name == "QUEUE_CONCURRENCY" and not _is_limits(value):
+            return DEFAULTS[name]
+        if name == "REDIS_CLUSTER" and not isinstance(value, bool):
             return DEFAULTS[name]
         if name == "EXECUTOR" and value not in EXECUTORS:
             return DEFAULTS[name]

@@ -5,6 +5,12 @@ pub/sub channel that announces "the earliest due time of this queue just moved e
 Both keys carry the queue as a Redis Cluster hash tag, so each script touches one slot.
 Redis only ever holds ids and times: everything else stays in the database row.
 
+On a Redis Cluster (``REDIS_CLUSTER``), every key of a queue (its lanes' sets, its wake
+channel) hashes to the slot of ``{queue}``, so a queue lives on one master. The other
+names are single keys or channels: the pre-loader lock (one key, one slot of its own) and
+the control channel. Pipelines here are never transactions, so redis-py splits them per
+node. Plain PUBLISH (from a script too) reaches the subscribers of every node.
+
 Lanes: a job type with a concurrency limit of its own (``JobType.concurrency``) gets a
 sorted set of its own within each queue. A consumer pops it only while the type has a
 free slot, so a flood of that type neither takes every slot nor has to be popped and put
@@ -13,23 +19,29 @@ back over and over. Every other job of the queue shares the queue's set.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import secrets
 import threading
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any, cast
+from typing import Any, ParamSpec, TypeVar, cast
 
 import redis
 from django.core.signals import setting_changed
 from django.dispatch import receiver
+from redis.cluster import RedisCluster
+from redis.exceptions import RedisClusterException
 
 from delayjobs.conf import settings
 from delayjobs.jobtypes import registry
 
 logger = logging.getLogger(__name__)
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 # Add members, or move them EARLIER (never later); publish on the wake channel if the
 # earliest score moved earlier, so sleeping consumers re-plan their sleep.
@@ -71,6 +83,9 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) 
 return 0
 """
 
+#: What ``get_client()`` returns: a client of one server, or of a Redis Cluster.
+Client = redis.Redis | RedisCluster
+
 #: An entry of the index: (job id, lane, due time as epoch seconds); see ``lane``.
 IndexEntry = tuple[int, str, float]
 
@@ -81,12 +96,12 @@ LANE_SEPARATOR = "|"
 SCRIPT_CHUNK = 1000
 
 _client_lock = threading.Lock()
-_client: redis.Redis | None = None
+_client: Client | None = None
 _client_owned = False  # made from REDIS_URL by us (so ours to close), not django-redis's
 _store: RedisStore | None = None
 
 
-def get_client() -> redis.Redis:
+def get_client() -> Client:
     """The shared Redis client (thread-safe; connection-pooled)."""
     global _client, _client_owned
     if _client is None:
@@ -97,18 +112,25 @@ def get_client() -> redis.Redis:
     return _client
 
 
-def _connect() -> redis.Redis:
+def _connect() -> Client:
     kind, target = settings.redis_target
     if kind == "cache":
         from django_redis import get_redis_connection
 
         return get_redis_connection(target)
-    return redis.Redis.from_url(
-        target,
-        socket_connect_timeout=settings.REDIS_CONNECT_TIMEOUT,
-        socket_timeout=settings.REDIS_SOCKET_TIMEOUT,
-        health_check_interval=30,
-    )
+    options: dict[str, Any] = {
+        "socket_connect_timeout": settings.REDIS_CONNECT_TIMEOUT,
+        "socket_timeout": settings.REDIS_SOCKET_TIMEOUT,
+        "health_check_interval": 30,
+    }
+    if settings.REDIS_CLUSTER:
+        # The URL names any one node; the client asks it for the others and for who owns
+        # each slot, and follows MOVED/ASK redirections when slots move.
+        try:
+            return RedisCluster.from_url(target, **options)
+        except RedisClusterException as exc:  # no node answered: see _redis_errors
+            raise ClusterUnreachable(str(exc)) from exc
+    return redis.Redis.from_url(target, **options)
 
 
 def get_store() -> RedisStore:
@@ -142,6 +164,8 @@ def describe_target() -> str:
     kind, target = settings.redis_target
     if kind == "cache":
         return f"django-redis cache {target!r}"
+    if settings.REDIS_CLUSTER:
+        return f"Redis Cluster at {mask_url(target)}"
     return mask_url(target)
 
 
@@ -221,6 +245,29 @@ def preload_lock_key() -> str:
     return f"{_prefix()}:preload-lock"
 
 
+class ClusterUnreachable(redis.ConnectionError):
+    """No node of the Redis Cluster answers (redis-py's RedisClusterException)."""
+
+
+def _redis_errors(method: Callable[P, R]) -> Callable[P, R]:
+    """Raise a Redis Cluster's RedisClusterException as a RedisError.
+
+    redis-py raises it, not a RedisError, when no node of the cluster answers (or no
+    node serves a slot). Every caller handles RedisError as "Redis is down": the hand-off
+    is left to the pre-loader (invariant 7), consumers claim from the database. Without
+    this, a cluster outage would be an unexpected error to them instead.
+    """
+
+    @functools.wraps(method)
+    def translated(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return method(*args, **kwargs)
+        except RedisClusterException as exc:
+            raise ClusterUnreachable(str(exc)) from exc
+
+    return translated
+
+
 def _decode(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
@@ -228,12 +275,16 @@ def _decode(value: bytes | str) -> str:
 class RedisStore:
     """Operations on the timing index. Cheap to create; holds no state of its own."""
 
-    def __init__(self, client: redis.Redis | None = None) -> None:
+    def __init__(self, client: Client | None = None) -> None:
         self.client = client or get_client()
+        # redis-py refuses EVALSHA in a cluster pipeline (it cannot load a missing script
+        # on the right node there), so add() sends the script's text in that case.
+        self._cluster = isinstance(self.client, RedisCluster)
         self._add = self.client.register_script(ADD_LUA)
         self._pop_due = self.client.register_script(POP_DUE_LUA)
         self._release = self.client.register_script(RELEASE_LOCK_LUA)
 
+    @_redis_errors
     def add(self, entries: Iterable[IndexEntry]) -> int:
         """Add entries, or move them earlier (never later); one round trip for all lanes."""
         argv_by_lane: dict[str, list[str]] = defaultdict(list)
@@ -245,9 +296,16 @@ class RedisStore:
         for lane_name, argv in argv_by_lane.items():
             keys = [due_key(lane_name), wake_channel(lane_name)]
             for start in range(0, len(argv), 2 * SCRIPT_CHUNK):
-                self._add(keys=keys, args=argv[start : start + 2 * SCRIPT_CHUNK], client=pipe)
+                chunk = argv[start : start + 2 * SCRIPT_CHUNK]
+                if self._cluster:
+                    # EVAL, not EVALSHA: no node can answer NOSCRIPT (a new or restarted
+                    # master has an empty script cache). Both keys are in the lane's slot.
+                    pipe.execute_command("EVAL", ADD_LUA, len(keys), *keys, *chunk)
+                else:
+                    self._add(keys=keys, args=chunk, client=pipe)
         return sum(int(n) for n in pipe.execute())
 
+    @_redis_errors
     def remove(self, entries: Iterable[IndexEntry]) -> None:
         """Drop entries (a cancelled job need not wait to be popped and skipped)."""
         members_by_lane: dict[str, list[str]] = defaultdict(list)
@@ -260,6 +318,7 @@ class RedisStore:
             pipe.zrem(due_key(lane_name), *members)
         pipe.execute()
 
+    @_redis_errors
     def pop_due(
         self, lane_name: str, now: float, limit: int
     ) -> tuple[list[tuple[int, float]], bool]:
@@ -276,6 +335,7 @@ class RedisStore:
         taken = [(int(_decode(found[i])), float(found[i + 1])) for i in range(0, len(found), 2)]
         return taken, more_due
 
+    @_redis_errors
     def next_due(self, lane_names: Iterable[str]) -> float | None:
         """The earliest score over some lanes (or queues), or None if all are empty."""
         pipe = self.client.pipeline(transaction=False)
@@ -284,9 +344,11 @@ class RedisStore:
         scores = [entry[0][1] for entry in pipe.execute() if entry]
         return min(scores) if scores else None
 
+    @_redis_errors
     def size(self, queue: str) -> int:
         return int(self.client.zcard(due_key(queue)))
 
+    @_redis_errors
     def members(self, queue: str) -> dict[int, float]:
         """Every id and score of a queue (for tests and diagnostics; O(n))."""
         return {
@@ -301,25 +363,35 @@ class RedisStore:
     def preload_lock(self, ttl_seconds: float) -> Iterator[bool]:
         """Hold the pre-loader lock if free; yields whether we got it. Expires by itself."""
         token = secrets.token_hex(16)
-        acquired = bool(
-            self.client.set(preload_lock_key(), token, nx=True, px=max(1, int(ttl_seconds * 1000)))
-        )
+        acquired = self._acquire_lock(token, ttl_seconds)
         try:
             yield acquired
         finally:
             if acquired:
-                self._release(keys=[preload_lock_key()], args=[token])
+                self._release_lock(token)
 
+    @_redis_errors
+    def _acquire_lock(self, token: str, ttl_seconds: float) -> bool:
+        milliseconds = max(1, int(ttl_seconds * 1000))
+        return bool(self.client.set(preload_lock_key(), token, nx=True, px=milliseconds))
+
+    @_redis_errors
+    def _release_lock(self, token: str) -> None:
+        self._release(keys=[preload_lock_key()], args=[token])
+
+    @_redis_errors
     def ping(self) -> None:
         """Raise RedisError unless Redis answers (used to notice that it is back)."""
         self.client.ping()
 
+    @_redis_errors
     def subscribe_wake(self, queues: Iterable[str]) -> redis.client.PubSub:
         """Wake channels of ``queues``, and the control channel (pauses, resumes)."""
         pubsub = self.client.pubsub(ignore_subscribe_messages=True)
         pubsub.subscribe(*[wake_channel(queue) for queue in queues], control_channel())
         return pubsub
 
+    @_redis_errors
     def announce_control(self) -> None:
         """Tell every consumer that pauses changed (they re-read them from the database)."""
         self.client.publish(control_channel(), "pauses")

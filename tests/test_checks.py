@@ -362,3 +362,25 @@ def test_claim_ahead_may_be_zero_or_a_timedelta(delayjobs_settings, value):
 def test_e016_bad_max_payload_depth(delayjobs_settings, value):
     delayjobs_settings(MAX_PAYLOAD_DEPTH=value)
     assert ids(check_settings()) == ["delayjobs.E016"]
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"REDIS_CLUSTER": "yes"},
+        {"REDIS_CLUSTER": 1},
+        {"REDIS_CLUSTER": True, "REDIS_URL": None, "REDIS_CACHE_ALIAS": "default"},
+        {"REDIS_CLUSTER": True, "REDIS_URL": "unix:///run/redis.sock"},
+        {"REDIS_CLUSTER": True, "REDIS_URL": "redis://127.0.0.1:7000/3"},
+    ],
+)
+def test_e017_bad_redis_cluster(delayjobs_settings, settings, values):
+    settings.CACHES = {"default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": "x"}}
+    delayjobs_settings(**values)
+    assert ids(check_settings()) == ["delayjobs.E017"]
+
+
+@pytest.mark.parametrize("url", ["redis://127.0.0.1:7000", "rediss://u:p@10.0.0.1:7000/0"])
+def test_redis_cluster_with_a_url(delayjobs_settings, url):
+    delayjobs_settings(REDIS_CLUSTER=True, REDIS_URL=url)
+    assert check_settings() == []

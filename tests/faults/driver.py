@@ -10,9 +10,14 @@ Requests:
 - ``{"action": "schedule", "count": N, "start_in": S, "spread": D, "work_ms": W,
   "bulk": true, "cancel": K, "cancel_margin": M}``: N jobs due from S seconds from now
   (negative: in the past) spread evenly over D seconds, in one ``schedule_many`` or with
-  one ``schedule`` each; then K of them are cancelled (see below).
+  one ``schedule`` each; then K of them are cancelled (see below). With ``"queues": [...]``
+  job n goes to ``queues[n % len(queues)]`` instead of the job type's queue. With
+  ``"then_pause": Q`` the queue Q is paused right after (answer: ``paused_at``).
 - ``{"action": "cancel", "ids": [...], "count": K, "margin": M}``: cancel K of the given
   jobs, evenly spread over those still scheduled and due at least M seconds from now.
+- ``{"action": "pause", "queue": Q}`` and ``{"action": "resume", "queue": Q}``: pause or
+  resume a queue, as the admin or ``delayjobs.pause()`` would; answers whether anything
+  changed and when the change was committed (epoch seconds).
 """
 
 from __future__ import annotations
@@ -35,21 +40,31 @@ def schedule(request: dict[str, Any]) -> dict[str, Any]:
     step = float(request.get("spread", 0.0)) / count
     payload = {"work_ms": request.get("work_ms", 5)}
     run_ats = [datetime.fromtimestamp(first + step * n, UTC) for n in range(count)]
+    queues = request.get("queues") or [None]
+    specs = [
+        {"job_type": NAME, "payload": payload, "run_at": run_at, "queue": queues[n % len(queues)]}
+        for n, run_at in enumerate(run_ats)
+    ]
     began = time.time()
     if request.get("bulk", True):
-        jobs = delayjobs.schedule_many(
-            [{"job_type": NAME, "payload": payload, "run_at": run_at} for run_at in run_ats]
-        )
+        jobs = delayjobs.schedule_many(specs)
         scheduled_at = [time.time()] * count
     else:
         jobs, scheduled_at = [], []
-        for run_at in run_ats:
-            jobs.append(delayjobs.schedule(NAME, payload, run_at=run_at))
+        for spec in specs:
+            jobs.append(delayjobs.schedule(**spec))
             scheduled_at.append(time.time())
     ended = time.time()
     ids = [job.pk for job in jobs]
     cancelled = cancel_some(ids, int(request.get("cancel", 0)), request.get("cancel_margin", 1.0))
+    paused_at = None
+    if request.get("then_pause"):
+        from delayjobs import pauses
+
+        pauses.pause(queue=request["then_pause"])
+        paused_at = time.time()
     return {
+        "paused_at": paused_at,
         "ids": ids,
         "run_at": [run_at.timestamp() for run_at in run_ats],
         "scheduled_at": scheduled_at,
@@ -88,6 +103,11 @@ def main() -> int:
     request = json.load(sys.stdin)
     if request["action"] == "schedule":
         answer = schedule(request)
+    elif request["action"] in ("pause", "resume"):
+        from delayjobs import pauses
+
+        change = pauses.pause if request["action"] == "pause" else pauses.resume
+        answer = {"changed": change(queue=request["queue"]), "at": time.time()}
     elif request["action"] == "cancel":
         answer = {
             "cancelled": cancel_some(request["ids"], int(request["count"]), request["margin"])

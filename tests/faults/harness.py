@@ -67,6 +67,7 @@ class Batch:
     cancelled: set[int]
     began: float
     ended: float
+    paused_at: float | None = None  # when the queue given as then_pause was paused
 
 
 @dataclass
@@ -170,8 +171,14 @@ class FaultRun:
         bulk: bool = True,
         cancel: int = 0,
         cancel_margin: float = 1.0,
+        queues: Sequence[str] = (),
+        then_pause: str | None = None,
     ) -> Batch:
-        """Schedule ``count`` jobs due from ``start_in`` s from now, over ``spread`` s."""
+        """Schedule ``count`` jobs due from ``start_in`` s from now, over ``spread`` s.
+
+        ``queues``: spread the jobs over these queues, round robin (default: the suite's).
+        ``then_pause``: a queue to pause right after, in the same process.
+        """
         answer = self._driver(
             {
                 "action": "schedule",
@@ -182,6 +189,8 @@ class FaultRun:
                 "bulk": bulk,
                 "cancel": cancel,
                 "cancel_margin": cancel_margin,
+                "queues": list(queues),
+                "then_pause": then_pause,
             }
         )
         batch = Batch(
@@ -191,6 +200,7 @@ class FaultRun:
             cancelled=set(answer["cancelled"]),
             began=answer["began"],
             ended=answer["ended"],
+            paused_at=answer["paused_at"],
         )
         self.run_at.update(batch.run_at)
         self.cancelled |= batch.cancelled
@@ -204,6 +214,12 @@ class FaultRun:
         cancelled = set(answer["cancelled"])
         self.cancelled |= cancelled
         return cancelled
+
+    def set_paused(self, queue: str, paused: bool) -> float:
+        """Pause or resume ``queue`` from a process of its own; when it was committed."""
+        answer = self._driver({"action": "pause" if paused else "resume", "queue": queue})
+        assert answer["changed"], f"{queue!r} was {'already' if paused else 'not'} paused"
+        return float(answer["at"])
 
     # The ledger ---------------------------------------------------------------------------
 
