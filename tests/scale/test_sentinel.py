@@ -27,6 +27,7 @@ from delayjobs.redis_store import ADD_LUA, POP_DUE_LUA, RELEASE_LOCK_LUA, due_ke
 from tests.faults.harness import (
     DB_MODE_LINE,
     REDIS_BACK_LINE,
+    Execution,
     FaultRun,
     fault_runs,
     first_after,
@@ -181,6 +182,24 @@ def check_back_on_redis(run: FaultRun, changes: dict[str, dict[str, int]]) -> No
         )
 
 
+def latest(run: FaultRun, executions: list[Execution], moment: float) -> list[dict[str, Any]]:
+    """The five latest jobs: when each was due (seconds after ``moment``, the fault), how
+    late it started, and where: enough to tell which part of the failover they waited in."""
+    first: dict[int, Execution] = {}
+    for execution in executions:
+        if execution.job_id not in first or execution.started < first[execution.job_id].started:
+            first[execution.job_id] = execution
+    ranked = sorted(first.values(), key=lambda e: e.started - run.run_at[e.job_id])[-5:]
+    return [
+        {
+            "due_after_fault_s": seconds(moment, run.run_at[e.job_id]),
+            "late_s": seconds(run.run_at[e.job_id], e.started),
+            "worker": e.worker,
+        }
+        for e in reversed(ranked)
+    ]
+
+
 def failover_figures(watch_seen: dict[str, float], fault_at: float) -> dict[str, Any]:
     return {
         "sentinel_down_after_ms": DOWN_AFTER_MS,
@@ -326,6 +345,7 @@ def test_failover_under_load(sentinel_run: RunFactory, fault: str) -> None:
         scripts_on_new_master_after=scripts_after,
         evalsha_calls_on_new_master=evalsha_calls,
         database_fallback=changes,
+        latest_jobs=latest(run, executions, fault_at),
         all_final_after_fault_s=seconds(fault_at, final_at),
         recovery_s=seconds(fault_at, first_after(executions, switched_at)),
         recovery_means="from the fault until the first job started after +switch-master",
@@ -390,6 +410,7 @@ def test_entries_not_replicated_before_failover(sentinel_run: RunFactory) -> Non
         lateness_due_after_failover_s=lateness(run, executions, switched_at, float("inf")),
         lateness_all_s=lateness(run, executions, 0.0, float("inf")),
         database_fallback=changes,
+        latest_jobs=latest(run, executions, killed_at),
         all_final_after_kill_s=seconds(killed_at, final_at),
         recovery_s=seconds(killed_at, first_after(executions, switched_at)),
         recovery_means="from the kill until the first job started after +switch-master",
