@@ -2,8 +2,10 @@
 
 When Redis cannot be reached twice in a row, the consumer claims due jobs straight from
 the database every DATABASE_POLL_INTERVAL (sooner when it knows a job is due sooner) and
-reaps expired leases itself, until its listener sees Redis answer again; then it refills
-Redis (it may have come back empty) and goes back to it. Each change is logged once.
+reaps expired leases itself, until its listener sees Redis answer again; then it drops
+Redis' entries already due and refills it from the rows (it may have come back empty, or
+with entries of jobs run from the database meanwhile) and goes back to it. Each change is
+logged once.
 """
 
 from __future__ import annotations
