@@ -141,12 +141,20 @@ def _check_redis(config: dict[str, Any]) -> list[checks.CheckMessage]:
             )
         ]
     if url is not None and not _is_redis_url(url):
+        hint = "For example 'redis://127.0.0.1:6379/0', or 'rediss://user:pass@host/0' for TLS."
+        if isinstance(url, str) and "sentinel" in url.partition("://")[0].lower():
+            # redis-py has no URL for Sentinel, and a grammar of our own would be one more
+            # to learn: Sentinel goes through django-redis's documented configuration.
+            hint = (
+                "Redis Sentinel has no URL: configure a django-redis cache with "
+                "'django_redis.pool.SentinelConnectionFactory' and name it in "
+                "REDIS_CACHE_ALIAS instead (see the Redis Sentinel how-to)."
+            )
         return [
             checks.Error(
                 f"DELAYJOBS['REDIS_URL'] must be a valid redis://, rediss:// or unix:// URL, "
                 f"got {_shown_url(url)}.",
-                hint="For example 'redis://127.0.0.1:6379/0', or 'rediss://user:pass@host/0' "
-                "for TLS.",
+                hint=hint,
                 id="delayjobs.E003",
             )
         ]

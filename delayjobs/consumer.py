@@ -13,10 +13,11 @@ Threads of one consumer process:
 Redis-down mode: when Redis fails twice in a row (or times out once), main claims due jobs
 straight from the database every DATABASE_POLL_INTERVAL (sooner when it knows a job is
 due sooner) and reaps expired leases itself, until the listener sees Redis answer again;
-then one pre-loader pass refills Redis (it may have come back empty) and main goes back
-to Redis. Each change of mode is logged once. It lives in ``consumer_database_mode``, the
-time-outs in ``consumer_timeouts``, both mixins of ``Consumer``; what one execution is, in
-``execution``.
+then main drops Redis' entries already due (a promoted replica has those of jobs run from
+the database meanwhile), one pre-loader pass refills Redis (it may have come back empty)
+and main goes back to Redis. Each change of mode is logged once. It lives in
+``consumer_database_mode``, the time-outs in ``consumer_timeouts``, both mixins of
+``Consumer``; what one execution is, in ``execution``.
 """
 
 from __future__ import annotations

@@ -4,8 +4,9 @@ When Redis cannot be reached twice in a row, or does not answer within its socke
 once (frozen, or cut off by a partition that drops packets), the consumer claims due jobs
 straight from the database every DATABASE_POLL_INTERVAL (sooner when it knows a job is
 due sooner) and reaps expired leases itself, until its listener sees Redis answer again;
-then it refills Redis (it may have come back empty) and goes back to it. Each change is
-logged once.
+then it drops Redis' entries already due and refills it from the rows (it may have come
+back empty, or with entries of jobs run from the database meanwhile) and goes back to it.
+Each change is logged once.
 """
 
 from __future__ import annotations
@@ -135,12 +136,27 @@ class DatabaseMode(ConsumerState):
         return True
 
     def _refill_redis(self) -> str:
-        """Redis may be back without its data: load the window before relying on it."""
+        """Make Redis right again before relying on it: drop its entries already due, then
+        load the window from the rows (due jobs included).
+
+        Redis may be back without its data (a restart), or with entries of jobs that ran
+        from the database meanwhile (a Sentinel failover promotes a replica that has
+        them). Those would be popped, found finished and dropped a few at a time, ahead
+        of every job really due: after a failover with 700 of them, jobs ran up to a
+        second late. The rows say which due jobs are still to run.
+        """
+        now = clock.now()
+        dropped = self.store.drop_due(self._lanes, now.timestamp())
+        done = f"dropped {dropped} due entr{'y' if dropped == 1 else 'ies'}"
         if self.preload:
-            return f"pre-loader pass: {preloader.preload(store=self.store)}"
-        # --no-preload: leave reaping and plan() to the pre-loader run elsewhere.
-        loaded = preloader.load_window(self.store, clock.now() + settings.PRELOAD_WINDOW)
-        return f"loaded {loaded} job(s) due within the window"
+            result = preloader.preload(store=self.store, now=now)
+            if result.ran:
+                return f"{done}, pre-loader pass: {result}"
+        # --no-preload leaves reaping and plan() to the pre-loader run elsewhere. A pass
+        # skipped for the lock (a pass elsewhere, or a lock a failed master replicated)
+        # must not leave the due jobs just dropped out until the next one: load them here.
+        loaded = preloader.load_window(self.store, now + settings.PRELOAD_WINDOW)
+        return f"{done}, loaded {loaded} job(s) due within the window"
 
     def _probe_redis(self) -> None:
         """In Redis-down mode, tell the main loop as soon as Redis answers again."""

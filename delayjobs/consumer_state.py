@@ -37,6 +37,7 @@ class ConsumerState:
         _paused: Paused
         _recorder: Recorder
         _leases: dict[str, timedelta]
+        _lanes: list[str]
         _stopping: bool
         _next_reap: float
         _return_failed: bool

@@ -336,6 +336,14 @@ class RedisStore:
         return taken, more_due
 
     @_redis_errors
+    def drop_due(self, lane_names: Iterable[str], now: float) -> int:
+        """Remove every entry due by ``now`` from some lanes; how many were removed."""
+        pipe = self.client.pipeline(transaction=False)
+        for lane_name in lane_names:
+            pipe.zremrangebyscore(due_key(lane_name), "-inf", repr(now))
+        return sum(int(n) for n in pipe.execute())
+
+    @_redis_errors
     def next_due(self, lane_names: Iterable[str]) -> float | None:
         """The earliest score over some lanes (or queues), or None if all are empty."""
         pipe = self.client.pipeline(transaction=False)

@@ -19,6 +19,9 @@ import django
 
 from sampleproject.settings import *  # noqa: F403
 from sampleproject.settings import INSTALLED_APPS
+from tests.scale.sentinel import CACHE_ALIAS as SENTINEL_CACHE_ALIAS
+from tests.scale.sentinel import SENTINELS_ENV, parse_sentinels, sentinel_cache
+from tests.scale.sentinel import SERVICE_ENV as SENTINEL_SERVICE_ENV
 from tests.services_setup import (
     LOOPBACK,
     SQLITE_NAME,
@@ -82,6 +85,18 @@ CELERY_BROKER_URL = os.environ.get("DELAYJOBS_TEST_CELERY_BROKER") or (
 )
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+
+# tests/scale/test_sentinel.py: Redis through Sentinel, by a django-redis cache configured
+# as django-redis documents it (tests.scale.sentinel.sentinel_cache), named by delayjobs'
+# REDIS_CACHE_ALIAS as a project would.
+if os.environ.get(SENTINELS_ENV):
+    CACHES = {
+        "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+        SENTINEL_CACHE_ALIAS: sentinel_cache(
+            parse_sentinels(os.environ[SENTINELS_ENV]), os.environ[SENTINEL_SERVICE_ENV]
+        ),
+    }
+    DELAYJOBS.update(REDIS_URL=None, REDIS_CACHE_ALIAS=SENTINEL_CACHE_ALIAS)
 
 # A test may give its consumer subprocesses other DELAYJOBS values: a JSON object, merged.
 DELAYJOBS.update(json.loads(os.environ.get("DELAYJOBS_TEST_OVERRIDES") or "{}"))

@@ -88,6 +88,16 @@ def test_e003_redis_url_not_a_redis_url(delayjobs_settings, url):
     assert ids(check_settings()) == ["delayjobs.E003"]
 
 
+@pytest.mark.parametrize(
+    "url", ["redis+sentinel://127.0.0.1:26379/mymaster/0", "sentinel://127.0.0.1:26379"]
+)
+def test_e003_sentinel_url_points_to_the_cache_alias(delayjobs_settings, url):
+    delayjobs_settings(REDIS_URL=url)
+    [message] = check_settings()
+    assert message.id == "delayjobs.E003"
+    assert "REDIS_CACHE_ALIAS" in message.hint and "SentinelConnectionFactory" in message.hint
+
+
 def test_e004_cache_alias_not_in_caches(delayjobs_settings):
     delayjobs_settings(REDIS_URL=None, REDIS_CACHE_ALIAS="nope")
     [message] = check_settings()

@@ -179,6 +179,14 @@ def test_next_due_is_the_earliest_score_over_the_given_queues(store):
     assert store.next_due([]) is None
 
 
+def test_drop_due_removes_entries_due_by_then_of_the_given_lanes_only(store):
+    store.add([(1, "a", 100.0), (2, "a", 200.0), (3, "a", 300.0), (4, "b", 50.0)])
+    assert store.drop_due(["a", "empty"], 200.0) == 2
+    assert store.members("a") == {3: 300.0}
+    assert store.members("b") == {4: 50.0}
+    assert store.drop_due([], 1000.0) == 0
+
+
 # Wake notifications ------------------------------------------------------------------
 
 
