@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults.harness import FaultRun
+from tests.faults.harness import FaultRun, fault_runs
 from tests.faults.results import Results, environment, results_path
 from tests.faults.services import FaultServices
 
@@ -32,13 +32,5 @@ def fault_run(
     fault_services: FaultServices, fault_results: Results, tmp_path: Path
 ) -> Iterator[Callable[[str, str], FaultRun]]:
     """Factory ``fault_run(scenario, title)``; its consumers are SIGKILLed at teardown."""
-    runs: list[FaultRun] = []
-
-    def start(scenario: str, title: str) -> FaultRun:
-        run = FaultRun(scenario, title, fault_services, tmp_path, fault_results)
-        runs.append(run)
-        return run
-
-    yield start
-    for run in runs:
-        run.stop_all()
+    with fault_runs(fault_services, fault_results, tmp_path) as start:
+        yield start

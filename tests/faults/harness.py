@@ -14,7 +14,8 @@ import subprocess
 import sys
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -36,6 +37,26 @@ DRIVER_TIMEOUT = 120.0
 #: Generous: it only bounds a hang; the figures say how long it really took.
 FINAL_TIMEOUT = 180.0
 POLL = 0.1
+
+
+@contextmanager
+def fault_runs(
+    services: FaultServices, results: Results, directory: Path
+) -> Iterator[Callable[[str, str], FaultRun]]:
+    """Factory ``start(scenario, title) -> FaultRun``; every run's consumers are SIGKILLed
+    when the block ends (a fixture's teardown)."""
+    runs: list[FaultRun] = []
+
+    def start(scenario: str, title: str) -> FaultRun:
+        run = FaultRun(scenario, title, services, directory, results)
+        runs.append(run)
+        return run
+
+    try:
+        yield start
+    finally:
+        for run in runs:
+            run.stop_all()
 
 
 @dataclass(frozen=True)
@@ -416,3 +437,36 @@ def percentiles(values: Sequence[float]) -> dict[str, float] | None:
         return round(ordered[min(int(fraction * len(ordered)), len(ordered) - 1)], 4)
 
     return {"p50": at(0.5), "p99": at(0.99), "max": round(ordered[-1], 4)}
+
+
+def first_starts(executions: Iterable[Execution]) -> dict[int, float]:
+    """Each job's first execution start."""
+    first: dict[int, float] = {}
+    for execution in executions:
+        if execution.started < first.get(execution.job_id, float("inf")):
+            first[execution.job_id] = execution.started
+    return first
+
+
+def resumed_after(run: FaultRun, executions: list[Execution], moment: float) -> float | None:
+    """Seconds from ``moment`` to the first start of a job due at or after it.
+
+    Jobs due earlier may have been popped before the fault and run from memory; a job due
+    after the fault ended can only run once the system works again.
+    """
+    starts = [
+        e.started
+        for e in executions
+        if run.run_at.get(e.job_id, 0.0) >= moment and e.started >= moment
+    ]
+    return seconds(moment, min(starts)) if starts else None
+
+
+def lateness(
+    run: FaultRun, executions: list[Execution], due_from: float, due_to: float
+) -> dict[str, float] | None:
+    """Lateness (first start minus run_at) of the jobs due in [due_from, due_to)."""
+    first = first_starts(executions)
+    return percentiles(
+        [first[pk] - run.run_at[pk] for pk in first if due_from <= run.run_at[pk] < due_to]
+    )

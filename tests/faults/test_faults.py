@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 import signal
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 import pytest
 
@@ -22,10 +22,12 @@ from delayjobs.models import AttemptOutcome, JobStatus
 from tests.consumers import check_alive
 from tests.faults.harness import (
     Batch,
-    Execution,
     FaultRun,
     first_after,
+    first_starts,
+    lateness,
     percentiles,
+    resumed_after,
     seconds,
 )
 
@@ -42,39 +44,6 @@ CANCEL = 300
 CONCURRENCY = 10
 #: Faults strike once this many executions are in the ledger: in the thick of the load.
 FAULT_AFTER = 1000
-
-
-def first_starts(executions: Iterable[Execution]) -> dict[int, float]:
-    """Each job's first execution start."""
-    first: dict[int, float] = {}
-    for execution in executions:
-        if execution.started < first.get(execution.job_id, float("inf")):
-            first[execution.job_id] = execution.started
-    return first
-
-
-def resumed_after(run: FaultRun, executions: list[Execution], moment: float) -> float | None:
-    """Seconds from ``moment`` to the first start of a job due at or after it.
-
-    Jobs due earlier may have been popped before the fault and run from memory; a job due
-    after the fault ended can only run once the system works again.
-    """
-    starts = [
-        e.started
-        for e in executions
-        if run.run_at.get(e.job_id, 0.0) >= moment and e.started >= moment
-    ]
-    return seconds(moment, min(starts)) if starts else None
-
-
-def lateness(
-    run: FaultRun, executions: list[Execution], due_from: float, due_to: float
-) -> dict[str, float] | None:
-    """Lateness (first start minus run_at) of the jobs due in [due_from, due_to)."""
-    first = first_starts(executions)
-    return percentiles(
-        [first[pk] - run.run_at[pk] for pk in first if due_from <= run.run_at[pk] < due_to]
-    )
 
 
 def test_a_sigkill_of_one_of_two_consumers(fault_run: RunFactory) -> None:
