@@ -57,15 +57,15 @@ PGBOUNCER_SETTINGS: dict[str, str | int] = {
 }
 
 #: The load: 2,000 jobs due over 5 s from 1 s after scheduling, 200 cancelled first. Under
-#: a fault, over 10 s: some come due before the fault, some during it, some after recovery.
+#: a fault, over 12 s: some come due before the fault, some during it, some after recovery.
 JOBS = 2000
 START_IN = 1.0
 SPREAD = 5.0
-FAULT_SPREAD = 10.0
+FAULT_SPREAD = 12.0
 CANCEL = 200
 CONCURRENCY = 10
 #: Faults strike once this many executions are in the ledger: in the thick of the load.
-FAULT_AFTER = 600
+FAULT_AFTER = 400
 #: The fault windows: PgBouncer down, PostgreSQL down, the pool held by another client.
 #: PostgreSQL's and the pool's outlast the lease (3 s), so leases of jobs in flight expire.
 PGBOUNCER_OUTAGE = 2.0
