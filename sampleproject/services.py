@@ -92,7 +92,42 @@ def _stop_process(process: subprocess.Popen[bytes], sig: int, timeout: float) ->
 
 
 class _Service:
-    """Context manager protocol shared by the servers."""
+    """Context manager protocol shared by the servers, their pid and their first launch."""
+
+    _process: subprocess.Popen[bytes] | None = None
+    _requested_port: int | None = None
+    port: int | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process else None
+
+    #: What stops the server by its pid (SIGKILL if it has not exited within STOP_TIMEOUT).
+    _stop_signal: int = signal.SIGTERM
+
+    def _launch(self) -> None:
+        raise NotImplementedError
+
+    def _terminate(self) -> None:
+        if self._process is not None:
+            _stop_process(self._process, self._stop_signal, STOP_TIMEOUT)
+            self._process = None
+
+    def _launch_on_a_free_port(self) -> None:
+        """``_launch()`` on the requested port, or on a free one picked for it.
+
+        A port we picked ourselves may be taken before the server binds it: pick another.
+        """
+        attempts = 1 if self._requested_port else 3
+        for attempt in range(attempts):
+            if self._requested_port is None:
+                self.port = free_port()
+            try:
+                self._launch()
+                return
+            except RuntimeError:
+                if attempt == attempts - 1:
+                    raise
 
     def start(self) -> Self:
         raise NotImplementedError
@@ -309,10 +344,6 @@ class RedisServer(_Service):
         query = urlencode({"ssl_ca_certs": str(self.tls_ca_file)}, safe="/")
         return f"rediss://{credentials}{LOOPBACK}:{self.port}/0?{query}"
 
-    @property
-    def pid(self) -> int | None:
-        return self._process.pid if self._process else None
-
     def start(self) -> RedisServer:
         if self._process is not None:
             return self
@@ -331,17 +362,7 @@ class RedisServer(_Service):
                     "--tls-key-file", str(key),
                     "--tls-auth-clients", "no",
                 ]  # fmt: skip
-            # A port we picked ourselves may be taken in the meantime: pick another.
-            attempts = 1 if self._requested_port else 3
-            for attempt in range(attempts):
-                if self._requested_port is None:
-                    self.port = free_port()
-                try:
-                    self._launch()
-                    return self
-                except RuntimeError:
-                    if attempt == attempts - 1:
-                        raise
+            self._launch_on_a_free_port()
         except BaseException:
             self._cleanup_directory()
             raise
@@ -405,11 +426,6 @@ class RedisServer(_Service):
             f"{_read_tail(log_path)}"
         )
 
-    def _terminate(self) -> None:
-        if self._process is not None:
-            _stop_process(self._process, signal.SIGTERM, STOP_TIMEOUT)
-            self._process = None
-
     def _cleanup_directory(self) -> None:
         if self._owns_directory and self._directory is not None:
             shutil.rmtree(self._directory, ignore_errors=True)
@@ -458,6 +474,29 @@ def find_postgres_bin() -> Path:
     )
 
 
+def postgres_user_if_root(program: str) -> pwd.struct_passwd | None:
+    """The ``postgres`` system user when we run as root (``program`` refuses root), else None."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        return pwd.getpwnam("postgres")
+    except KeyError as exc:
+        raise RuntimeError(
+            f"Running as root, but there is no 'postgres' user to run {program} as "
+            "(apt-get install postgresql creates it)."
+        ) from exc
+
+
+def run_as_kwargs(user: pwd.struct_passwd | None) -> dict[str, Any]:
+    """Popen arguments that start a child as ``user`` (nothing if None).
+
+    subprocess applies them before preexec_fn, so the parent-death signal survives the switch.
+    """
+    if user is None:
+        return {}
+    return {"user": user.pw_uid, "group": user.pw_gid, "extra_groups": []}
+
+
 #: No flush to disk on commit: fine for throwaway test data, never for real data.
 FAST_UNSAFE_OPTIONS = (
     "-c",
@@ -479,6 +518,8 @@ class PostgresServer(_Service):
     user = "postgres"
     name = "delayjobs"
     host = LOOPBACK
+    #: PostgreSQL's "fast shutdown": abort sessions, checkpoint, exit.
+    _stop_signal = signal.SIGINT
 
     def __init__(
         self,
@@ -505,19 +546,7 @@ class PostgresServer(_Service):
         self._root: Path | None = None
         self._process: subprocess.Popen[bytes] | None = None
         self._bin = find_postgres_bin()
-        self._run_as: pwd.struct_passwd | None = None
-        if os.geteuid() == 0:
-            try:
-                self._run_as = pwd.getpwnam("postgres")
-            except KeyError as exc:
-                raise RuntimeError(
-                    "Running as root, but there is no 'postgres' user to run PostgreSQL as "
-                    "(apt-get install postgresql creates it)."
-                ) from exc
-
-    @property
-    def pid(self) -> int | None:
-        return self._process.pid if self._process else None
+        self._run_as = postgres_user_if_root("PostgreSQL")
 
     @property
     def data_dir(self) -> Path:
@@ -553,9 +582,7 @@ class PostgresServer(_Service):
             "preexec_fn": pdeathsig_preexec(os.getpid()),
             "start_new_session": True,  # out of reach of a terminal's Ctrl-C, as for Redis
         }
-        if self._run_as is not None:
-            # subprocess applies these before preexec_fn, so PDEATHSIG survives the switch.
-            kwargs.update(user=self._run_as.pw_uid, group=self._run_as.pw_gid, extra_groups=[])
+        kwargs.update(run_as_kwargs(self._run_as))
         return kwargs
 
     def _run(self, args: list[str], log_path: Path) -> None:
@@ -595,16 +622,7 @@ class PostgresServer(_Service):
             if self.trusted:
                 with open(self.data_dir / "pg_hba.conf", "a") as hba:
                     hba.writelines(f"host all all {network} trust\n" for network in self.trusted)
-            attempts = 1 if self._requested_port else 3
-            for attempt in range(attempts):
-                if self._requested_port is None:
-                    self.port = free_port()
-                try:
-                    self._launch()
-                    break
-                except RuntimeError:
-                    if attempt == attempts - 1:
-                        raise
+            self._launch_on_a_free_port()
             self._run(
                 [
                     str(self._bin / "createdb"),
@@ -678,12 +696,6 @@ class PostgresServer(_Service):
         )
         return completed.returncode == 0
 
-    def _terminate(self) -> None:
-        if self._process is not None:
-            # SIGINT is PostgreSQL's "fast shutdown": abort sessions, checkpoint, exit.
-            _stop_process(self._process, signal.SIGINT, STOP_TIMEOUT)
-            self._process = None
-
     def stop(self) -> None:
         self._terminate()
         if self._root is not None:
@@ -697,3 +709,253 @@ class PostgresServer(_Service):
         self._terminate()
         self._launch()
         return self
+
+
+# --------------------------------------------------------------------------------------
+# PgBouncer
+# --------------------------------------------------------------------------------------
+
+
+#: Where Debian's ``pgbouncer`` package puts its binary.
+SYSTEM_PGBOUNCER = "/usr/sbin/pgbouncer"
+#: The protocol version 3.0 of a StartupMessage.
+_PROTOCOL_3 = 196608
+
+
+def find_pgbouncer() -> str:
+    """Path of a ``pgbouncer`` binary (``DELAYJOBS_PGBOUNCER``, PATH, Debian's), or RuntimeError."""
+    explicit = os.environ.get("DELAYJOBS_PGBOUNCER")
+    candidates = [explicit] if explicit else [shutil.which("pgbouncer"), SYSTEM_PGBOUNCER]
+    for candidate in candidates:
+        if candidate and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    raise RuntimeError(
+        f"No pgbouncer binary found ({explicit or 'PATH, ' + SYSTEM_PGBOUNCER}). Install it "
+        "with `apt-get install pgbouncer` (.ci/scale does this when run as root), or point "
+        "DELAYJOBS_PGBOUNCER at one."
+    )
+
+
+def _receive(sock: socket.socket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = sock.recv(size - len(data))
+        if not chunk:
+            raise OSError("connection closed")
+        data += chunk
+    return data
+
+
+def simple_query(
+    port: int, user: str, database: str, sql: str, timeout: float = 2.0
+) -> list[dict[str, str | None]]:
+    """Rows of ``sql`` run with the simple query protocol, on a trust-auth server.
+
+    Standard library only, like this module. PgBouncer's admin console (database
+    ``pgbouncer``) speaks nothing but the simple query protocol, which client libraries
+    do not use by default. Raises RuntimeError with the server's message on an error.
+    """
+    with socket.create_connection((LOOPBACK, port), timeout=timeout) as sock:
+        body = _PROTOCOL_3.to_bytes(4, "big")
+        body += b"user\0" + user.encode() + b"\0database\0" + database.encode() + b"\0\0"
+        sock.sendall((len(body) + 4).to_bytes(4, "big") + body)
+        names: list[str] = []
+        rows: list[dict[str, str | None]] = []
+        error: str | None = None
+        sent = False
+        while True:
+            kind = _receive(sock, 1)
+            payload = _receive(sock, int.from_bytes(_receive(sock, 4), "big") - 4)
+            if kind == b"R" and payload[:4] != b"\0\0\0\0":
+                raise RuntimeError("the server asked for a password: trust auth expected")
+            if kind == b"E":
+                # Fields are a type byte and a NUL-terminated string; M is the message.
+                fields = {f[:1]: f[1:].decode(errors="replace") for f in payload.split(b"\0") if f}
+                error = fields.get(b"M", "unknown error")
+                if not sent:
+                    raise RuntimeError(error)
+            elif kind == b"T":
+                count, offset = int.from_bytes(payload[:2], "big"), 2
+                names = []
+                for _ in range(count):
+                    end = payload.index(b"\0", offset)
+                    names.append(payload[offset:end].decode())
+                    offset = end + 1 + 18  # table oid, column, type oid, size, modifier, format
+            elif kind == b"D":
+                count, offset = int.from_bytes(payload[:2], "big"), 2
+                values: list[str | None] = []
+                for _ in range(count):
+                    length = int.from_bytes(payload[offset : offset + 4], "big", signed=True)
+                    offset += 4
+                    if length < 0:
+                        values.append(None)
+                    else:
+                        values.append(payload[offset : offset + length].decode())
+                        offset += length
+                rows.append(dict(zip(names, values, strict=True)))
+            elif kind == b"Z":
+                if sent:
+                    break
+                query = sql.encode() + b"\0"
+                sock.sendall(b"Q" + (len(query) + 4).to_bytes(4, "big") + query)
+                sent = True
+        sock.sendall(b"X\0\0\0\4")
+    if error is not None:
+        raise RuntimeError(error)
+    return rows
+
+
+class PgBouncerServer(_Service):
+    """A throwaway PgBouncer on 127.0.0.1 in front of a :class:`PostgresServer`.
+
+    Transaction pooling by default (``pool_mode``), one database entry for the server's
+    database. Auth is ``trust`` as on the server behind it: the user must still be listed
+    in PgBouncer's auth file, which holds it without a password, and PgBouncer logs in to
+    PostgreSQL as that user (trust there too). ``settings`` are more ``[pgbouncer]``
+    directives (``default_pool_size``, ``query_wait_timeout``...). Its user may also open
+    the admin console (:meth:`admin`). Like PostgreSQL, it refuses to run as root: as root
+    it runs as the ``postgres`` system user.
+
+    :meth:`take_down` and :meth:`bring_up` stop it and start it again on its port with
+    the same configuration, for fault tests.
+    """
+
+    database = PostgresServer.name
+    user = PostgresServer.user
+    #: PgBouncer's immediate shutdown: connections are cut, in transactions or not
+    #: (SIGINT would wait for every transaction to end).
+    _stop_signal = signal.SIGTERM
+
+    def __init__(
+        self,
+        postgres: PostgresServer,
+        port: int | None = None,
+        *,
+        pool_mode: str = "transaction",
+        settings: dict[str, str | int] | None = None,
+    ) -> None:
+        self.postgres = postgres
+        self._requested_port = port
+        self.port: int | None = port
+        self.pool_mode = pool_mode
+        self.settings = dict(settings or {})
+        self._root: Path | None = None
+        self._process: subprocess.Popen[bytes] | None = None
+        self._run_as = postgres_user_if_root("PgBouncer")
+
+    @property
+    def log_path(self) -> Path:
+        if self._root is None:
+            raise RuntimeError("PgBouncerServer is not started")
+        return self._root / "pgbouncer.log"
+
+    def settings_dict(self) -> dict[str, Any]:
+        """A Django DATABASES entry through this PgBouncer, as transaction pooling needs.
+
+        Server-side cursors (``.iterator()``) would outlive the transaction that declared
+        them on a server connection another client may get next: Django's documented
+        setting turns them off.
+        """
+        if self.port is None:
+            raise RuntimeError("PgBouncerServer is not started")
+        return {
+            **self.postgres.settings_dict(),
+            "PORT": str(self.port),
+            "DISABLE_SERVER_SIDE_CURSORS": self.pool_mode == "transaction",
+        }
+
+    def start(self) -> PgBouncerServer:
+        if self._process is not None:
+            return self
+        if self.postgres.port is None:
+            raise RuntimeError("Start the PostgresServer before its PgBouncer")
+        self._root = Path(tempfile.mkdtemp(prefix="delayjobs-pgbouncer-"))
+        try:
+            if self._run_as is not None:
+                os.chown(self._root, self._run_as.pw_uid, self._run_as.pw_gid)
+            (self._root / "userlist.txt").write_text(f'"{self.user}" ""\n')
+            self._launch_on_a_free_port()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _config(self) -> str:
+        assert self._root is not None and self.port is not None
+        directives: dict[str, str | int] = {
+            "listen_addr": LOOPBACK,
+            "listen_port": self.port,
+            "unix_socket_dir": "",  # TCP on loopback only
+            "auth_type": "trust",
+            "auth_file": str(self._root / "userlist.txt"),
+            "admin_users": self.user,
+            "pool_mode": self.pool_mode,
+            "logfile": str(self.log_path),
+            "pidfile": "",
+            # psycopg2 sends it at startup; PgBouncer refuses unknown startup parameters.
+            "ignore_startup_parameters": "extra_float_digits",
+            **self.settings,
+        }
+        server = f"host={LOOPBACK} port={self.postgres.port} dbname={self.database}"
+        lines = ["[databases]", f"{self.database} = {server}", "", "[pgbouncer]"]
+        lines += [f"{name} = {value}" for name, value in directives.items()]
+        return "\n".join(lines) + "\n"
+
+    def _launch(self) -> None:
+        assert self._root is not None and self.port is not None
+        config = self._root / "pgbouncer.ini"
+        config.write_text(self._config())
+        if self._run_as is not None:  # it reads its files as that user
+            for path in (config, self._root / "userlist.txt"):
+                os.chown(path, self._run_as.pw_uid, self._run_as.pw_gid)
+        with open(self._root / "stdout.log", "ab") as log:
+            self._process = subprocess.Popen(
+                [find_pgbouncer(), str(config)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self._root,
+                env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C"},
+                preexec_fn=pdeathsig_preexec(os.getpid()),
+                start_new_session=True,  # out of reach of a terminal's Ctrl-C, as for Redis
+                **run_as_kwargs(self._run_as),
+            )
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                break
+            # Ready once its admin console answers: the configuration is loaded and the
+            # listening socket open.
+            with contextlib.suppress(OSError, RuntimeError):
+                self.admin("SHOW VERSION")
+                return
+            time.sleep(0.02)
+        process, self._process = self._process, None
+        _stop_process(process, signal.SIGKILL, STOP_TIMEOUT)
+        raise RuntimeError(
+            f"pgbouncer did not answer on {LOOPBACK}:{self.port} within {START_TIMEOUT:.0f}s "
+            f"(exit code {process.returncode}). Log:\n{_read_tail(self.log_path)}"
+            f"{_read_tail(self._root / 'stdout.log')}"
+        )
+
+    def admin(self, command: str) -> list[dict[str, str | None]]:
+        """Run an admin console command (``SHOW POOLS``, ``SHOW CLIENTS``...): its rows."""
+        if self.port is None:
+            raise RuntimeError("PgBouncerServer is not started")
+        return simple_query(self.port, self.user, "pgbouncer", command)
+
+    def take_down(self) -> None:
+        """Immediate shutdown, by pid: every client and server connection is cut."""
+        self._terminate()
+
+    def bring_up(self) -> None:
+        """Start again on the same port and configuration; returns once it answers."""
+        if self._root is None:
+            raise RuntimeError("PgBouncerServer is not started")
+        self._launch()
+
+    def stop(self) -> None:
+        self._terminate()
+        if self._root is not None:
+            shutil.rmtree(self._root, ignore_errors=True)
+            self._root = None

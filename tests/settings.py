@@ -52,6 +52,9 @@ if SERVICES.db == "postgres":
             "TEST": {"NAME": "test_delayjobs"},
         }
     }
+    # A test may reach the database otherwise, e.g. through a PgBouncer (tests/scale): a JSON
+    # object merged into the entry, as DELAYJOBS_TEST_OVERRIDES is into DELAYJOBS.
+    DATABASES["default"].update(json.loads(os.environ.get("DELAYJOBS_TEST_DB_OVERRIDES") or "{}"))
 else:
     assert SERVICES.sqlite_dir is not None
     DATABASES = {

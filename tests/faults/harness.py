@@ -42,6 +42,26 @@ DB_MODE_LINE = "claiming due jobs from the database"
 REDIS_BACK_LINE = "Redis is back"
 
 
+@contextmanager
+def fault_runs(
+    services: FaultServices, results: Results, directory: Path
+) -> Iterator[Callable[[str, str], FaultRun]]:
+    """Factory ``start(scenario, title) -> FaultRun``; every run's consumers are SIGKILLed
+    when the block ends (a fixture's teardown)."""
+    runs: list[FaultRun] = []
+
+    def start(scenario: str, title: str) -> FaultRun:
+        run = FaultRun(scenario, title, services, directory, results)
+        runs.append(run)
+        return run
+
+    try:
+        yield start
+    finally:
+        for run in runs:
+            run.stop_all()
+
+
 @dataclass(frozen=True)
 class Execution:
     """One line of the ledger: an execution of an attempt of a job, as the job saw it."""
@@ -415,25 +435,6 @@ class FaultRun:
         )
         self.results.record(self.scenario, self.figures)
         assert not self.problems, f"{self.scenario}: " + "\n".join(self.problems)
-
-
-@contextmanager
-def fault_runs(
-    services: FaultServices, results: Results, directory: Path
-) -> Iterator[Callable[[str, str], FaultRun]]:
-    """A factory ``start(scenario, title)`` of runs; their consumers are SIGKILLed on exit."""
-    runs: list[FaultRun] = []
-
-    def start(scenario: str, title: str) -> FaultRun:
-        run = FaultRun(scenario, title, services, directory, results)
-        runs.append(run)
-        return run
-
-    try:
-        yield start
-    finally:
-        for run in runs:
-            run.stop_all()
 
 
 def first_after(

@@ -7,6 +7,7 @@ which database that run uses, and taking them down disturbs no other test.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -21,9 +22,16 @@ from tests.faults.jobs import LEDGER_ENV
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MIGRATE_TIMEOUT = 120.0
+#: A JSON object that tests.settings merges into the child processes' DATABASES["default"].
+DB_OVERRIDES_ENV = "DELAYJOBS_TEST_DB_OVERRIDES"
 
 #: Variables of the main test run that must not leak into the suite's processes.
-MAIN_RUN_ONLY = ("DELAYJOBS_TEST_OVERRIDES", "DELAYJOBS_TEST_SQLITE_DIR", LEDGER_ENV)
+MAIN_RUN_ONLY = (
+    "DELAYJOBS_TEST_OVERRIDES",
+    "DELAYJOBS_TEST_SQLITE_DIR",
+    DB_OVERRIDES_ENV,
+    LEDGER_ENV,
+)
 
 
 class RestartablePostgres(PostgresServer):
@@ -88,8 +96,20 @@ class FaultServices:
             DELAYJOBS_TEST_REDIS_URL=self.redis.url,
             PYTHONUNBUFFERED="1",
         )
+        overrides = self.database_overrides()
+        if overrides:
+            env[DB_OVERRIDES_ENV] = json.dumps(overrides)
         env.update(extra)
         return env
+
+    def database_overrides(self) -> dict[str, Any]:
+        """What the child processes' DATABASES["default"] changes: nothing, here.
+
+        A subclass puts something between them and PostgreSQL (tests/scale's PgBouncer)
+        by returning its port and settings; the checks (:meth:`connect`) still go
+        straight to PostgreSQL, so they see the truth whatever the fault in between.
+        """
+        return {}
 
     def migrate(self) -> None:
         completed = subprocess.run(
@@ -108,11 +128,14 @@ class FaultServices:
                 f"{completed.stdout}\n{completed.stderr}"
             )
 
-    def connect(self) -> psycopg.Connection[Any]:
-        """A new autocommit connection to the suite's database, for the checks."""
+    def connect(self, port: int | None = None) -> psycopg.Connection[Any]:
+        """A new autocommit connection to the suite's database, for the checks.
+
+        ``port``: another way in than PostgreSQL's own port (a PgBouncer in front of it).
+        """
         return psycopg.connect(
             host=LOOPBACK,
-            port=self.postgres.port,
+            port=port or self.postgres.port,
             user=self.postgres.user,
             dbname=self.postgres.name,
             autocommit=True,
