@@ -189,7 +189,34 @@ def _check_redis(config: dict[str, Any]) -> list[checks.CheckMessage]:
                     id="delayjobs.E004",
                 )
             ]
+        return _check_cache_timeouts(alias, cache)
     return []
+
+
+#: A cache's socket timeouts, and what delayjobs sets itself with REDIS_URL.
+CACHE_TIMEOUTS = {"SOCKET_CONNECT_TIMEOUT": 1, "SOCKET_TIMEOUT": 2}
+
+
+def _check_cache_timeouts(alias: str, cache: dict[str, Any]) -> list[checks.CheckMessage]:
+    """django-redis sets no socket timeout by default: a Redis that stops answering would
+    hold every call on it for ever, and consumers would never fall back to the database."""
+    options = cache.get("OPTIONS")
+    options = options if isinstance(options, dict) else {}
+    missing = [name for name in CACHE_TIMEOUTS if options.get(name) is None]
+    if not missing:
+        return []
+    return [
+        checks.Warning(
+            f"CACHES[{alias!r}]['OPTIONS'] sets no {' and no '.join(missing)}: a Redis that "
+            "stops answering (frozen, or behind a network partition that drops packets) would "
+            "hold up schedule() and the consumers without limit, and consumers would never "
+            "fall back to the database.",
+            hint="Add "
+            + ", ".join(f"{name!r}: {value}" for name, value in CACHE_TIMEOUTS.items())
+            + " to the cache's OPTIONS (what delayjobs itself uses with REDIS_URL).",
+            id="delayjobs.W003",
+        )
+    ]
 
 
 def _cluster_problem(cluster: Any, url: Any, alias: Any) -> str | None:

@@ -60,10 +60,35 @@ def test_defaults_pass_when_delayjobs_is_unset(settings):
 def test_a_django_redis_cache_alias_passes(settings, delayjobs_settings):
     settings.CACHES = {
         **settings.CACHES,
-        "jobs": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": "redis://127.0.0.1"},
+        "jobs": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": "redis://127.0.0.1",
+            "OPTIONS": {"SOCKET_CONNECT_TIMEOUT": 1, "SOCKET_TIMEOUT": 2},
+        },
     }
     delayjobs_settings(REDIS_URL=None, REDIS_CACHE_ALIAS="jobs")
     assert check_settings() == []
+
+
+@pytest.mark.parametrize(
+    ("options", "missing"),
+    [
+        (None, "SOCKET_CONNECT_TIMEOUT and no SOCKET_TIMEOUT"),
+        ({"SOCKET_CONNECT_TIMEOUT": 1}, "SOCKET_TIMEOUT:"),
+        ({"SOCKET_TIMEOUT": 2, "SOCKET_CONNECT_TIMEOUT": None}, "SOCKET_CONNECT_TIMEOUT:"),
+    ],
+)
+def test_w003_a_cache_alias_without_socket_timeouts(settings, delayjobs_settings, options, missing):
+    cache = {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": "redis://127.0.0.1"}
+    if options is not None:
+        cache["OPTIONS"] = options
+    settings.CACHES = {**settings.CACHES, "jobs": cache}
+    delayjobs_settings(REDIS_URL=None, REDIS_CACHE_ALIAS="jobs")
+    [message] = check_settings()
+    assert message.id == "delayjobs.W003"
+    assert message.level == checks.WARNING
+    assert f"sets no {missing}" in message.msg
+    assert "'SOCKET_TIMEOUT': 2" in message.hint
 
 
 # Each check id -----------------------------------------------------------------------

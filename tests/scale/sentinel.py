@@ -83,7 +83,7 @@ def sentinel_cache(sentinels: list[tuple[str, int]], service: str) -> dict[str, 
             "CONNECTION_FACTORY": "django_redis.pool.SentinelConnectionFactory",
             "SENTINELS": sentinels,
             "SOCKET_CONNECT_TIMEOUT": 1,
-            "SOCKET_TIMEOUT": 5,
+            "SOCKET_TIMEOUT": 2,
         },
     }
 
