@@ -193,8 +193,8 @@ def _check_redis(config: dict[str, Any]) -> list[checks.CheckMessage]:
     return []
 
 
-#: A cache's socket timeouts, and what delayjobs sets itself with REDIS_URL.
-CACHE_TIMEOUTS = {"SOCKET_CONNECT_TIMEOUT": 1, "SOCKET_TIMEOUT": 2}
+#: The socket timeouts a django-redis cache must set (django-redis sets none).
+CACHE_TIMEOUTS = ("SOCKET_CONNECT_TIMEOUT", "SOCKET_TIMEOUT")
 
 
 def _check_cache_timeouts(alias: str, cache: dict[str, Any]) -> list[checks.CheckMessage]:
@@ -211,9 +211,8 @@ def _check_cache_timeouts(alias: str, cache: dict[str, Any]) -> list[checks.Chec
             "stops answering (frozen, or behind a network partition that drops packets) would "
             "hold up schedule() and the consumers without limit, and consumers would never "
             "fall back to the database.",
-            hint="Add "
-            + ", ".join(f"{name!r}: {value}" for name, value in CACHE_TIMEOUTS.items())
-            + " to the cache's OPTIONS (what delayjobs itself uses with REDIS_URL).",
+            hint="Add 'SOCKET_CONNECT_TIMEOUT': 1 and 'SOCKET_TIMEOUT': 2 to the cache's "
+            "OPTIONS (what delayjobs itself uses with REDIS_URL).",
             id="delayjobs.W003",
         )
     ]
