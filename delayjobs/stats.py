@@ -171,6 +171,8 @@ class Stats:
         """Every figure as JSON-serialisable values."""
         data = jsonable(asdict(self))
         data["due_next_hour"] = self.due_next_hour
+        for consumer, figures in zip(self.consumers, data["consumers"], strict=True):
+            figures["clock_skewed"] = consumer.clock_skewed
         paused = self.paused
         data["paused_queues"] = sorted(paused.queues)
         data["paused_job_types"] = sorted(paused.job_types)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import logging
 import time
 from datetime import UTC, datetime, timedelta
@@ -125,6 +126,12 @@ def test_status_shows_each_consumers_offset_and_flags_a_broken_clock():
     fast = next(line for line in lines if line.startswith("  w-fast "))
     assert good.endswith("; clock offset +0.000 s")
     assert "clock offset -60.000 s (WARNING: this host's clock is off" in fast
+    out = io.StringIO()
+    call_command("delayjobs_status", "--json", stdout=out)
+    consumers = {row["worker_id"]: row for row in json.loads(out.getvalue())["consumers"]}
+    assert consumers["w-fast"]["clock_offset"] == -60.0
+    assert consumers["w-fast"]["clock_skewed"] is True
+    assert consumers["w-good"]["clock_skewed"] is False
 
 
 def test_the_dashboard_flags_a_broken_clock(admin_client):
