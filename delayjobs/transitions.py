@@ -306,13 +306,29 @@ def _paused() -> Exists:
 
 
 def renew_leases(jobs_by_lease: Mapping[timedelta, Iterable[int]], *, worker_id: str) -> int:
-    """Push the leases of jobs this worker is still running further out (heartbeat)."""
+    """Push the leases of jobs this worker is still running further out (heartbeat).
+
+    Where rows can be locked (PostgreSQL), a row another transaction holds is skipped, not
+    waited for. The holder is this consumer's recorder ending the job (which clears its
+    lease anyway) or a reaper ending a lease that has expired: renewing after it would
+    gain nothing. Waiting could deadlock with the recorder, whose transaction locks its
+    rows group by group, in no one order (PostgreSQL then cancels one of the two after a
+    second); the next heartbeat renews whatever still runs.
+    """
     now = clock.now()
+    database = jobs_database()
+    skip_locked = connections[database].features.has_select_for_update_skip_locked
     renewed = 0
     for lease, ids in jobs_by_lease.items():
-        renewed += DelayedJob.objects.filter(
+        mine = DelayedJob.objects.filter(
             pk__in=list(ids), status=JobStatus.RUNNING, worker_id=worker_id
-        ).update(lease_expires_at=now + lease)
+        ).order_by()
+        if not skip_locked:
+            renewed += mine.update(lease_expires_at=now + lease)
+            continue
+        with transaction.atomic(using=database):
+            free = list(mine.select_for_update(skip_locked=True).values_list("pk", flat=True))
+            renewed += DelayedJob.objects.filter(pk__in=free).update(lease_expires_at=now + lease)
     return renewed
 
 

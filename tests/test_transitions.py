@@ -595,6 +595,26 @@ def test_renew_leases_extends_the_lease_of_this_workers_running_jobs():
     assert job.lease_expires_at > claimed.lease_expires_at
 
 
+@pytest.mark.django_db(transaction=True)
+def test_renew_leases_skips_a_row_another_transaction_holds_instead_of_waiting():
+    """The recorder's transaction may hold a row the heartbeat renews: waiting for it could
+    deadlock (the recorder locks its rows in another order), and renewing it gains nothing."""
+    held, free = due_job(), due_job()
+    claim_as("worker-a", [held.pk, free.pk])
+    if not connection.features.has_select_for_update_skip_locked:
+        assert connection.vendor == "sqlite"
+        pytest.skip("SQLite locks the whole database for writes: there is no row lock to skip")
+    before = {job.pk: job.lease_expires_at for job in DelayedJob.objects.all()}
+    with row_locked(DelayedJob, held.pk):
+        renewed = transitions.renew_leases(
+            {timedelta(hours=1): [held.pk, free.pk]}, worker_id="worker-a"
+        )
+    assert renewed == 1
+    after = {job.pk: job.lease_expires_at for job in DelayedJob.objects.all()}
+    assert after[held.pk] == before[held.pk]
+    assert after[free.pk] > before[free.pk]
+
+
 def test_renew_leases_ignores_other_workers_and_finished_jobs():
     mine, finished = due_job(), due_job()
     claimed = {job.pk: job for job in claim_as("worker-a", [mine.pk, finished.pk])}
