@@ -415,7 +415,8 @@ def test_dashboard_draws_the_chart_of_jobs_due_in_the_next_hour(
     expect(consumers.locator("h2")).to_have_text("1 live consumer")
     row = consumers.locator("tbody tr")
     expect(row).to_have_count(1)
-    # worker, host, pid, queues, running / concurrency, processed, last heartbeat, jobs.
+    # worker, host, pid, queues, running / concurrency, processed, last heartbeat, clock
+    # offset (this host's, from the database server's, to the millisecond), jobs.
     expect(row.locator("td")).to_have_text(
         [
             worker_id,
@@ -425,6 +426,7 @@ def test_dashboard_draws_the_chart_of_jobs_due_in_the_next_hour(
             "1 / 4",
             "8",
             re.compile(r"\d"),
+            re.compile(r"^-?\d+\.\d{3} s$"),
             f"#{held.pk} tests.limited",
         ]
     )
