@@ -17,6 +17,7 @@ from delayjobs import clock
 from delayjobs.clock import SharedClock, read_database_time
 from delayjobs.execution import wait_until
 from delayjobs.models import Consumer
+from tests.test_stats import consumer
 
 pytestmark = pytest.mark.django_db
 
@@ -106,14 +107,7 @@ def test_a_reading_is_redone_once_it_is_old():
 
 
 def live_consumer(worker_id: str, offset: float | None) -> Consumer:
-    return Consumer.objects.create(
-        worker_id=worker_id,
-        hostname="host-a",
-        pid=1,
-        queues=["default"],
-        concurrency=4,
-        clock_offset=offset,
-    )
+    return consumer(worker_id, timezone.now(), clock_offset=offset)
 
 
 def test_status_shows_each_consumers_offset_and_flags_a_broken_clock():

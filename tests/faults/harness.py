@@ -42,10 +42,12 @@ DB_MODE_LINE = "claiming due jobs from the database"
 REDIS_BACK_LINE = "Redis is back"
 
 
+#: What the ``fault_run`` fixtures give a scenario: ``start(scenario, title) -> FaultRun``.
+RunFactory = Callable[[str, str], "FaultRun"]
+
+
 @contextmanager
-def fault_runs(
-    services: FaultServices, results: Results, directory: Path
-) -> Iterator[Callable[[str, str], FaultRun]]:
+def fault_runs(services: FaultServices, results: Results, directory: Path) -> Iterator[RunFactory]:
     """Factory ``start(scenario, title) -> FaultRun``; every run's consumers are SIGKILLed
     when the block ends (a fixture's teardown)."""
     runs: list[FaultRun] = []

@@ -13,7 +13,6 @@ from __future__ import annotations
 import re
 import signal
 import time
-from collections.abc import Callable
 
 import pytest
 
@@ -24,7 +23,7 @@ from tests.faults.harness import (
     DB_MODE_LINE,
     REDIS_BACK_LINE,
     Batch,
-    FaultRun,
+    RunFactory,
     first_after,
     first_starts,
     lateness,
@@ -35,7 +34,6 @@ from tests.faults.harness import (
 
 pytestmark = pytest.mark.faults
 
-RunFactory = Callable[[str, str], FaultRun]
 
 #: The standard load: jobs due over SPREAD seconds from START_IN seconds after scheduling,
 #: a few hundred of them cancelled before they are due.

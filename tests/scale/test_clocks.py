@@ -11,14 +11,11 @@ still renews. Before that clock, a consumer 3 s fast started jobs up to 3 s earl
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 from tests.consumers import check_alive
-from tests.faults.harness import Execution, FaultRun, percentiles
+from tests.faults.harness import Execution, FaultRun, RunFactory, percentiles
 from tests.skewed_clock import SKEW_FILE_ENV
-
-RunFactory = Callable[[str, str], FaultRun]
 
 #: Long jobs: most of their 3 s lease (LedgerJob.time_to_run), renewed by the heartbeat.
 LONG_JOBS = 20

@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -34,6 +34,7 @@ from tests.faults.harness import (
     DB_MODE_LINE,
     REDIS_BACK_LINE,
     FaultRun,
+    RunFactory,
     fault_runs,
     first_after,
     first_starts,
@@ -44,8 +45,6 @@ from tests.faults.jobs import LedgerJob
 from tests.faults.results import Results, environment
 from tests.faults.services import REPO_ROOT, FaultServices
 from tests.scale.netns import Namespace, Network, require_root
-
-RunFactory = Callable[[str, str], FaultRun]
 
 RESULTS = REPO_ROOT / "build" / "scale" / "partitions.json"
 #: Every fault lasts this long (issue 16).

@@ -27,6 +27,7 @@ from sampleproject.services import PgBouncerServer
 from tests.conftest import ConsumerProcess
 from tests.faults.harness import (
     FaultRun,
+    RunFactory,
     Running,
     fault_runs,
     first_after,
@@ -35,8 +36,6 @@ from tests.faults.harness import (
 )
 from tests.faults.results import REPO_ROOT, Results, environment
 from tests.faults.services import FaultServices
-
-RunFactory = Callable[[str, str], FaultRun]
 
 RESULTS = REPO_ROOT / "build" / "scale" / "pgbouncer.json"
 

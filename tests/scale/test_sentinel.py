@@ -29,6 +29,7 @@ from tests.faults.harness import (
     REDIS_BACK_LINE,
     Execution,
     FaultRun,
+    RunFactory,
     fault_runs,
     first_after,
     first_starts,
@@ -46,8 +47,6 @@ from tests.scale.sentinel import (
     SentinelDeployment,
 )
 from tests.utils import wait_for
-
-RunFactory = Callable[[str, str], FaultRun]
 
 RESULTS_ENV = "DELAYJOBS_SCALE_RESULTS"
 RESULTS_PATH = REPO_ROOT / "build" / "scale" / "results.json"
