@@ -27,11 +27,12 @@ from delayjobs.exceptions import (
     JobNotFound,
     UnknownJobType,
 )
+from delayjobs.http.app import build
 from delayjobs.http.auth import authenticate
 from delayjobs.http.errors import ApiError
-from delayjobs.http.fields import FieldError, parse_query
+from delayjobs.http.fields import parse_query
 from delayjobs.http.handlers import BULK_SCHEDULE, SCHEDULE, Call, Reply, key_taken
-from delayjobs.http.openapi import Operation, describe_permissions
+from delayjobs.http.openapi import OPERATIONS, Operation, describe_permissions
 from delayjobs.models import jobs_database
 
 JSON_CONTENT_TYPE = "application/json"
@@ -103,19 +104,22 @@ class Endpoint:
                     "permission_denied",
                     f"This operation needs {describe_permissions(needed)}.",
                 )
-        call = Call(
-            request,
-            user,
-            path=path,
-            body=read_body(request, operation),
-            query=parse_query(request.GET, operation.query),
-            api_key=api_key,
-        )
-        reply = run(operation, call)
-        response = JsonResponse(reply.data, status=reply.status, safe=False)
-        for name, value in reply.headers.items():
-            response[name] = value
-        return response
+        # The body is read here, before ninja: its limits and its JSON are the API's own.
+        request.delayjobs_json = read_body(request, operation)  # type: ignore[attr-defined]
+        request.delayjobs_operation = operation  # type: ignore[attr-defined]
+
+        def respond(request: HttpRequest, body: dict[str, Any]) -> HttpResponse:
+            # Called by the ninja operation, with the body its pydantic model validated.
+            query = parse_query(request.GET, operation.query)
+            call = Call(request, user, path=path, body=body, query=query, api_key=api_key)
+            reply = run(operation, call)
+            response = JsonResponse(reply.data, status=reply.status, safe=False)
+            for name, value in reply.headers.items():
+                response[name] = value
+            return response
+
+        request.delayjobs_respond = respond  # type: ignore[attr-defined]
+        return NINJA[operation.operation_id].run(request, **path)  # type: ignore[return-value]
 
 
 logger = logging.getLogger(__name__)
@@ -221,20 +225,18 @@ def _field_path(exc: Exception, name: str) -> str:
 # Bodies ---------------------------------------------------------------------------------
 
 
-def read_body(request: HttpRequest, operation: Operation) -> dict[str, Any]:
-    """The operation's body, parsed and converted; {} for an operation without one."""
+def read_body(request: HttpRequest, operation: Operation) -> Any:
+    """The operation's body as a JSON value, for its pydantic model to validate; None for
+    an operation without one, or an empty body where the operation takes one."""
     if operation.body is None:
-        return {}
+        return None
     raw = _raw_body(request, operation)
     if not raw:
         if not operation.body_required:
-            return {}
+            return None
         raise ApiError("malformed", "The body is empty: send a JSON object.")
     _require_json(request)
-    try:
-        return operation.body.parse(decode_json(raw))
-    except FieldError as exc:
-        raise ApiError("invalid", _describe(exc), fields=exc.errors) from None
+    return decode_json(raw)
 
 
 def _raw_body(request: HttpRequest, operation: Operation) -> bytes:
@@ -335,11 +337,11 @@ def decode_json(raw: bytes) -> Any:
     raise ApiError("malformed", detail)
 
 
-def _describe(exc: FieldError) -> str:
-    """The error's sentence, with the first field at fault, for clients that show one line."""
-    if not exc.errors:
-        return str(exc)
-    name, message = next(iter(exc.errors.items()))
-    more = len(exc.errors) - 1
-    suffix = f" (and {more} more problem{'s' if more > 1 else ''}, see fields)" if more else ""
-    return f"{exc} {name}: {message}{suffix}"
+def _respond(request: HttpRequest, body: dict[str, Any]) -> HttpResponse:
+    # Endpoint sets the request's own responder: who asked, and the path, are known there.
+    respond = request.delayjobs_respond  # type: ignore[attr-defined]
+    return respond(request, body)
+
+
+#: Each operation on django-ninja, by operationId.
+NINJA = build(OPERATIONS, _respond)

@@ -1,0 +1,23 @@
+"""The HTTP API is an extra: without django-ninja it refuses to load, naming the extra,
+while keys (their admin and command) need nothing of it."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+
+
+def test_without_django_ninja_the_api_names_the_http_extra(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # None in sys.modules makes "import ninja" fail as if it were not installed.
+    monkeypatch.setitem(sys.modules, "ninja", None)
+    for name in ("delayjobs.http.app", "delayjobs.http.views", "delayjobs.http.urls"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    with pytest.raises(ImproperlyConfigured, match=r"django-delayjobs\[http\]"):
+        import delayjobs.http.urls
+    # Keys are made and checked without it.
+    monkeypatch.delitem(sys.modules, "delayjobs.http.keys", raising=False)
+    import delayjobs.http.keys  # noqa: F401
