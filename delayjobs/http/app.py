@@ -23,6 +23,7 @@ from django.http import HttpRequest, HttpResponse
 try:
     from ninja import NinjaAPI
     from ninja.errors import ValidationError, ValidationErrorContext
+    from ninja.openapi.docs import Swagger
     from ninja.operation import Operation as NinjaOperation
     from ninja.parser import Parser
 except ImportError as exc:  # the http extra is not installed
@@ -294,3 +295,21 @@ def _view(operation: Any, respond: Respond) -> Callable[..., HttpResponse]:
     view.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
     view.__name__ = operation.operation_id
     return view
+
+
+class _Swagger(Swagger):
+    def __init__(self, document_url: str) -> None:
+        super().__init__()
+        self.document_url = document_url
+
+    def get_openapi_url(self, api: NinjaAPI, path_params: dict[str, Any]) -> str:
+        # The API's own document, not one of ninja's: ninja serves no URL of this API.
+        return self.document_url
+
+
+def docs_page(
+    request: HttpRequest, document_url: str, operations: dict[str, NinjaOperation]
+) -> HttpResponse:
+    """ninja's Swagger UI page, reading the document at ``document_url``."""
+    api = next(iter(operations.values())).api
+    return _Swagger(document_url).render_page(request, api)

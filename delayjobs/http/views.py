@@ -15,6 +15,7 @@ from django.core.exceptions import BadRequest, RequestDataTooBig, SuspiciousOper
 from django.db import OperationalError, transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse, RawPostDataException
 from django.http.multipartparser import MultiPartParserError
+from django.urls import reverse
 from django.utils.cache import add_never_cache_headers
 
 from delayjobs.api import SPEC_FIELDS, nesting_depth
@@ -27,7 +28,7 @@ from delayjobs.exceptions import (
     JobNotFound,
     UnknownJobType,
 )
-from delayjobs.http.app import build
+from delayjobs.http.app import build, docs_page
 from delayjobs.http.auth import authenticate
 from delayjobs.http.errors import ApiError
 from delayjobs.http.fields import parse_query
@@ -345,3 +346,11 @@ def _respond(request: HttpRequest, body: dict[str, Any]) -> HttpResponse:
 
 #: Each operation on django-ninja, by operationId.
 NINJA = build(OPERATIONS, _respond)
+
+
+def api_docs(request: HttpRequest) -> HttpResponse:
+    """Swagger UI, django-ninja's, on the API's own document (``delayjobs_api:openapi``).
+    Mount it where the project likes, outside the API's own URLs (any other path under the
+    mount point is a JSON 404): ``path("delayjobs/api-docs/", api_docs)``. The page is as
+    public as the document; trying an operation out needs a key or a staff session."""
+    return docs_page(request, reverse("delayjobs_api:openapi"), NINJA)
