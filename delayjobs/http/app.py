@@ -38,8 +38,34 @@ from delayjobs.http.errors import ApiError
 from delayjobs.http.fields import Body, Field, FieldError, ListOf, json_type
 from delayjobs.http.fields import Schema as JsonSchema
 
-#: What a ninja operation's view hands back: the response of the API's handler.
-Respond = Callable[[HttpRequest, dict[str, Any]], HttpResponse]
+#: What answers once ninja has validated the body: given the body's fields (those sent).
+Respond = Callable[[dict[str, Any]], HttpResponse]
+
+
+class Handover:
+    """What ``views`` hands to a ninja operation with the request: the operation, the body
+    as decoded JSON (None: no body), and what answers once the body is valid."""
+
+    def __init__(self, operation: Any, json_value: Any, respond: Respond) -> None:
+        self.operation = operation
+        self.json_value = json_value
+        self.respond = respond
+
+
+def handover(request: HttpRequest) -> Handover:
+    return request.delayjobs_handover  # type: ignore[attr-defined]
+
+
+def run(
+    operations: dict[str, NinjaOperation],
+    request: HttpRequest,
+    path: dict[str, Any],
+    given: Handover,
+) -> HttpResponse:
+    """The ninja operation's response: the body validated, then ``given.respond``'s."""
+    request.delayjobs_handover = given  # type: ignore[attr-defined]
+    response = operations[given.operation.operation_id].run(request, **path)
+    return response  # type: ignore[return-value]  # ninja's views always answer HttpResponse
 
 
 class RequestModel(BaseModel):
@@ -216,7 +242,7 @@ class _Decoded(Parser):
     no NaN, no number beyond a double, a bounded depth): ninja's json.loads takes all."""
 
     def parse_body(self, request: HttpRequest) -> Any:
-        return request.delayjobs_json  # type: ignore[attr-defined]
+        return handover(request).json_value
 
 
 class _Api(NinjaAPI):
@@ -239,9 +265,9 @@ def _reraise(request: HttpRequest, exc: Any) -> HttpResponse:
     raise exc
 
 
-def build(operations: Sequence[Any], respond: Respond) -> dict[str, NinjaOperation]:
+def build(operations: Sequence[Any]) -> dict[str, NinjaOperation]:
     """A ninja operation for each of the API's ``operations`` (openapi.Operation), by
-    operationId: it validates the body and calls ``respond(request, body)``."""
+    operationId: it validates the body, then answers with the request's Handover."""
     api = _Api(
         title="delayjobs", parser=_Decoded(), urls_namespace="delayjobs_ninja", docs_url=None
     )
@@ -249,14 +275,13 @@ def build(operations: Sequence[Any], respond: Respond) -> dict[str, NinjaOperati
         api.default_router.add_api_operation(
             operation.route.replace("<int:job_id>", "{job_id}"),
             [operation.method],
-            _view(operation, respond),
+            _view(operation),
             operation_id=operation.operation_id,
             url_name=operation.name,
         )
 
     def validation_error(request: HttpRequest, exc: Any) -> HttpResponse:
-        body = request.delayjobs_operation.body  # type: ignore[attr-defined]
-        return invalid(body, list(exc.errors)).response()
+        return invalid(handover(request).operation.body, list(exc.errors)).response()
 
     def api_error(request: HttpRequest, exc: Any) -> HttpResponse:
         return exc.response()
@@ -273,10 +298,11 @@ def build(operations: Sequence[Any], respond: Respond) -> dict[str, NinjaOperati
     }
 
 
-def _view(operation: Any, respond: Respond) -> Callable[..., HttpResponse]:
+def _view(operation: Any) -> Callable[..., HttpResponse]:
     def view(request: HttpRequest, **values: Any) -> HttpResponse:
         body = values.get("body")
-        return respond(request, body.model_dump(exclude_unset=True) if body is not None else {})
+        # Only the fields sent: an absent field is the API's default, not None.
+        return handover(request).respond(body.model_dump(exclude_unset=True) if body else {})
 
     parameters = [inspect.Parameter("request", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
     if "<int:job_id>" in operation.route:

@@ -28,7 +28,7 @@ from delayjobs.exceptions import (
     JobNotFound,
     UnknownJobType,
 )
-from delayjobs.http.app import build, docs_page
+from delayjobs.http import app
 from delayjobs.http.auth import authenticate
 from delayjobs.http.errors import ApiError
 from delayjobs.http.fields import parse_query
@@ -106,10 +106,9 @@ class Endpoint:
                     f"This operation needs {describe_permissions(needed)}.",
                 )
         # The body is read here, before ninja: its limits and its JSON are the API's own.
-        request.delayjobs_json = read_body(request, operation)  # type: ignore[attr-defined]
-        request.delayjobs_operation = operation  # type: ignore[attr-defined]
+        json_value = read_body(request, operation)
 
-        def respond(request: HttpRequest, body: dict[str, Any]) -> HttpResponse:
+        def respond(body: dict[str, Any]) -> HttpResponse:
             # Called by the ninja operation, with the body its pydantic model validated.
             query = parse_query(request.GET, operation.query)
             call = Call(request, user, path=path, body=body, query=query, api_key=api_key)
@@ -119,8 +118,7 @@ class Endpoint:
                 response[name] = value
             return response
 
-        request.delayjobs_respond = respond  # type: ignore[attr-defined]
-        return NINJA[operation.operation_id].run(request, **path)  # type: ignore[return-value]
+        return app.run(NINJA, request, path, app.Handover(operation, json_value, respond))
 
 
 logger = logging.getLogger(__name__)
@@ -338,14 +336,8 @@ def decode_json(raw: bytes) -> Any:
     raise ApiError("malformed", detail)
 
 
-def _respond(request: HttpRequest, body: dict[str, Any]) -> HttpResponse:
-    # Endpoint sets the request's own responder: who asked, and the path, are known there.
-    respond = request.delayjobs_respond  # type: ignore[attr-defined]
-    return respond(request, body)
-
-
 #: Each operation on django-ninja, by operationId.
-NINJA = build(OPERATIONS, _respond)
+NINJA = app.build(OPERATIONS)
 
 
 def api_docs(request: HttpRequest) -> HttpResponse:
@@ -353,4 +345,4 @@ def api_docs(request: HttpRequest) -> HttpResponse:
     Mount it where the project likes, outside the API's own URLs (any other path under the
     mount point is a JSON 404): ``path("delayjobs/api-docs/", api_docs)``. The page is as
     public as the document; trying an operation out needs a key or a staff session."""
-    return docs_page(request, reverse("delayjobs_api:openapi"), NINJA)
+    return app.docs_page(request, reverse("delayjobs_api:openapi"), NINJA)
