@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -26,13 +27,13 @@ try:
     from ninja.openapi.docs import Swagger
     from ninja.operation import Operation as NinjaOperation
     from ninja.parser import Parser
-except ImportError as exc:  # the http extra is not installed
+    from pydantic import BaseModel, BeforeValidator, ConfigDict, create_model, model_validator
+    from pydantic import Field as PydanticField
+except ImportError as exc:  # the http extra is not installed (pydantic comes with ninja)
     raise ImproperlyConfigured(
         "The HTTP API (delayjobs.http) runs on django-ninja: install the http extra, "
         "pip install 'django-delayjobs[http]'."
     ) from exc
-from pydantic import BaseModel, BeforeValidator, ConfigDict, create_model, model_validator
-from pydantic import Field as PydanticField
 
 from delayjobs.http.errors import ApiError
 from delayjobs.http.fields import Body, Field, FieldError, ListOf, json_type
@@ -42,14 +43,14 @@ from delayjobs.http.fields import Schema as JsonSchema
 Respond = Callable[[dict[str, Any]], HttpResponse]
 
 
+@dataclass(frozen=True)
 class Handover:
     """What ``views`` hands to a ninja operation with the request: the operation, the body
     as decoded JSON (None: no body), and what answers once the body is valid."""
 
-    def __init__(self, operation: Any, json_value: Any, respond: Respond) -> None:
-        self.operation = operation
-        self.json_value = json_value
-        self.respond = respond
+    operation: Any
+    json_value: Any
+    respond: Respond
 
 
 def handover(request: HttpRequest) -> Handover:
