@@ -191,8 +191,12 @@ def invalid(body: Body, errors: list[dict[str, Any]]) -> ApiError:
     """The API's 400 for pydantic's errors on ``body``: each field's own message, the first
     in the detail."""
     fields: dict[str, str] = {}
-    # Unknown fields first, by name, as the API always listed them.
-    errors = sorted(errors, key=lambda error: error["type"] != "extra_forbidden")
+    # Unknown fields first, by name, as the API always listed them (pydantic: as sent).
+    unknown = sorted(
+        (error for error in errors if error["type"] == "extra_forbidden"),
+        key=lambda error: _path(error["loc"]),
+    )
+    errors = unknown + [error for error in errors if error["type"] != "extra_forbidden"]
     for error in errors:
         loc = error["loc"][1:]  # ("body", ...): the view's one body parameter
         path = _path(loc)
@@ -210,11 +214,9 @@ def invalid(body: Body, errors: list[dict[str, Any]]) -> ApiError:
                 continue
             message = str(cause)
         elif kind in ("model_type", "model_attributes_type", "dict_type"):
-            message = (
-                f"The {_body_at(body, loc).name} must be a JSON object, got {json_type(given)}."
-            )
             if not path:
-                return ApiError("invalid", message)
+                return not_an_object(body, given)
+            message = not_an_object(_body_at(body, loc), given).detail
         elif kind == "list_type":
             message = f"must be an array, got {json_type(given)}."
         elif kind in ("too_short", "too_long"):
@@ -228,6 +230,11 @@ def invalid(body: Body, errors: list[dict[str, Any]]) -> ApiError:
     more = len(fields) - 1
     suffix = f" (and {more} more problem{'s' if more > 1 else ''}, see fields)" if more else ""
     return ApiError("invalid", f"Invalid {body.name}. {name}: {message}{suffix}", fields=fields)
+
+
+def not_an_object(body: Body, value: Any) -> ApiError:
+    """The 400 for a body that is JSON but no object."""
+    return ApiError("invalid", f"The {body.name} must be a JSON object, got {json_type(value)}.")
 
 
 def _field(body: Body, loc: Sequence[str | int]) -> Field | None:

@@ -235,7 +235,10 @@ def read_body(request: HttpRequest, operation: Operation) -> Any:
             return None
         raise ApiError("malformed", "The body is empty: send a JSON object.")
     _require_json(request)
-    return decode_json(raw)
+    value = decode_json(raw)
+    if value is None:  # ninja takes a null body for none at all: cancel would pass
+        raise app.not_an_object(operation.body, value)
+    return value
 
 
 def _raw_body(request: HttpRequest, operation: Operation) -> bytes:
