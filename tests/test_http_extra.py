@@ -44,7 +44,8 @@ def test_swagger_ui_reads_the_apis_own_document(client: Client) -> None:
 def test_what_ninja_would_take_differently_is_refused_as_before(client: Client) -> None:
     """Two answers a differential run against the hand-written parser found changed, kept:
     ninja reads a JSON null body as no body (a cancel passed), and pydantic lists unknown
-    fields as sent (the API names the first by name)."""
+    fields as sent, after the others (the API names them first, by name, object by
+    object)."""
     from delayjobs.models import DelayedJob, JobStatus
     from tests.test_admin import make_job
     from tests.test_http_api import ALL_PERMISSIONS, Api, assert_error, key_of, make_user
@@ -56,3 +57,7 @@ def test_what_ninja_would_take_differently_is_refused_as_before(client: Client) 
     assert DelayedJob.objects.get().status == JobStatus.SCHEDULED
     response = api.post("jobs/", {"job_type": "tests.scripted", "zz": 1, "aa": 2})
     assert_error(response, 400, "invalid", "Invalid schedule request. aa: Unknown field.")
+    # Object by object: the first job's problem comes before the second's unknown field.
+    jobs = [{"job_type": "tests.scripted", "priority": 1000}, {"zz": 1}]
+    response = api.post("jobs/bulk/", {"jobs": jobs})
+    assert_error(response, 400, "invalid", "request. jobs[0].priority: must be an integer")

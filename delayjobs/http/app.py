@@ -191,13 +191,7 @@ def invalid(body: Body, errors: list[dict[str, Any]]) -> ApiError:
     """The API's 400 for pydantic's errors on ``body``: each field's own message, the first
     in the detail."""
     fields: dict[str, str] = {}
-    # Unknown fields first, by name, as the API always listed them (pydantic: as sent).
-    unknown = sorted(
-        (error for error in errors if error["type"] == "extra_forbidden"),
-        key=lambda error: _path(error["loc"]),
-    )
-    errors = unknown + [error for error in errors if error["type"] != "extra_forbidden"]
-    for error in errors:
+    for error in _in_order(errors):
         loc = error["loc"][1:]  # ("body", ...): the view's one body parameter
         path = _path(loc)
         kind = error["type"]
@@ -230,6 +224,20 @@ def invalid(body: Body, errors: list[dict[str, Any]]) -> ApiError:
     more = len(fields) - 1
     suffix = f" (and {more} more problem{'s' if more > 1 else ''}, see fields)" if more else ""
     return ApiError("invalid", f"Invalid {body.name}. {name}: {message}{suffix}", fields=fields)
+
+
+def _in_order(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Pydantic's errors as the API always listed them: object by object, each object's
+    unknown fields first, by name (pydantic lists them after the others, as sent)."""
+    objects: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for error in errors:
+        objects.setdefault(tuple(error["loc"][:-1]), []).append(error)
+    ordered: list[dict[str, Any]] = []
+    for found in objects.values():
+        unknown = [error for error in found if error["type"] == "extra_forbidden"]
+        ordered += sorted(unknown, key=lambda error: str(error["loc"][-1]))
+        ordered += [error for error in found if error["type"] != "extra_forbidden"]
+    return ordered
 
 
 def not_an_object(body: Body, value: Any) -> ApiError:
