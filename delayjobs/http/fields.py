@@ -1,7 +1,8 @@
 """Request fields: each one's JSON Schema and its conversion to Python, declared once.
 
-The views parse bodies and query strings with these declarations, and the OpenAPI
-document describes them from the same ones, so the two cannot drift apart. Conversions
+Bodies are validated by pydantic models made from these declarations
+(``delayjobs.http.app``), query strings by ``parse_query``, and the OpenAPI document
+describes both from the same declarations, so the two cannot drift apart. Conversions
 only check JSON types and turn text into datetimes and seconds into timedeltas; the
 rules of a valid job stay in ``delayjobs.api``.
 """

@@ -226,7 +226,7 @@ def _field_path(exc: Exception, name: str) -> str:
 
 def read_body(request: HttpRequest, operation: Operation) -> Any:
     """The operation's body as a JSON value, for its pydantic model to validate; None for
-    an operation without one, or an empty body where the operation takes one."""
+    an operation without one, or an empty body where the body is optional."""
     if operation.body is None:
         return None
     raw = _raw_body(request, operation)
