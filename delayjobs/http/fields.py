@@ -1,7 +1,8 @@
 """Request fields: each one's JSON Schema and its conversion to Python, declared once.
 
-The views parse bodies and query strings with these declarations, and the OpenAPI
-document describes them from the same ones, so the two cannot drift apart. Conversions
+Bodies are validated by pydantic models made from these declarations
+(``delayjobs.http.app``), query strings by ``parse_query``, and the OpenAPI document
+describes both from the same declarations, so the two cannot drift apart. Conversions
 only check JSON types and turn text into datetimes and seconds into timedeltas; the
 rules of a valid job stay in ``delayjobs.api``.
 """
@@ -51,7 +52,7 @@ class Kind:
 
 def _string(value: Any) -> str:
     if not isinstance(value, str):
-        raise FieldError(f"must be a string, got {_json_type(value)}.")
+        raise FieldError(f"must be a string, got {json_type(value)}.")
     return value
 
 
@@ -70,7 +71,7 @@ def _text(value: Any) -> str:
 
 def _boolean(value: Any) -> bool:
     if not isinstance(value, bool):
-        raise FieldError(f"must be true or false, got {_json_type(value)}.")
+        raise FieldError(f"must be true or false, got {json_type(value)}.")
     return value
 
 
@@ -79,7 +80,7 @@ def _integer(value: Any) -> int:
     if isinstance(value, float) and value.is_integer():
         return int(value)
     if isinstance(value, bool) or not isinstance(value, int):
-        raise FieldError(f"must be an integer, got {_json_type(value)}.")
+        raise FieldError(f"must be an integer, got {json_type(value)}.")
     return value
 
 
@@ -92,7 +93,7 @@ def number_text(value: float) -> str:
 
 def _seconds(value: Any) -> timedelta:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise FieldError(f"must be a number of seconds, got {_json_type(value)}.")
+        raise FieldError(f"must be a number of seconds, got {json_type(value)}.")
     if value < 0:
         raise FieldError(f"must be 0 or more seconds, got {number_text(value)}.")
     try:
@@ -269,7 +270,7 @@ ANY_JSON = Kind({}, _anything)
 PAYLOAD = Kind({"$ref": "#/components/schemas/Payload"}, _anything)
 
 
-def _json_type(value: Any) -> str:
+def json_type(value: Any) -> str:
     """The JSON name of a decoded value's type, for messages."""
     match value:
         case None:
@@ -290,7 +291,7 @@ def _json_type(value: Any) -> str:
 @dataclass(frozen=True)
 class Field:
     name: str
-    kind: Kind
+    kind: Kind | ListOf
     description: str
     required: bool = False
     #: null is accepted (and given to the operation as None).
@@ -299,6 +300,7 @@ class Field:
     schema_extra: Schema = field(default_factory=dict)
 
     def schema(self) -> Schema:
+        assert isinstance(self.kind, Kind), "a list's schema is its items' model's"
         schema = {**self.kind.json_schema(), **self.schema_extra, "description": self.description}
         if self.nullable and "type" in schema:
             schema["type"] = [schema["type"], "null"]
@@ -307,12 +309,15 @@ class Field:
     def convert(self, value: Any) -> Any:
         if value is None and self.nullable:
             return None
+        assert isinstance(self.kind, Kind), "a list is validated by its items' model"
         return self.kind.convert(value)
 
 
 @dataclass(frozen=True)
 class Body:
-    """A JSON object body: its fields; unknown fields are refused, not ignored."""
+    """A JSON object body, declared: its fields and the rules across them.
+    ``delayjobs.http.app`` makes a pydantic model of it, which validates requests (unknown
+    fields are refused, not ignored) and gives the document its schema."""
 
     name: str
     fields: tuple[Field, ...]
@@ -327,15 +332,10 @@ class Body:
     #: ``check``'s rule in JSON Schema, for the document.
     check_schema: Schema = field(default_factory=dict)
 
-    def schema(self) -> Schema:
-        schema: Schema = {
-            "type": "object",
-            "properties": {item.name: item.schema() for item in self.fields},
-            "additionalProperties": False,
-        }
-        required = [item.name for item in self.fields if item.required]
-        if required:
-            schema["required"] = required
+    def rules_schema(self) -> Schema:
+        """The JSON Schema keywords of the rules across fields (one_of, exclusive, check):
+        pydantic knows each field, not these."""
+        schema: Schema = {}
         if self.one_of:
             schema["oneOf"] = [{"required": [name]} for name in self.one_of]
         if self.exclusive:
@@ -348,32 +348,9 @@ class Body:
             schema["description"] = self.description
         return schema
 
-    def parse(self, data: Any) -> dict[str, Any]:
-        """The fields present in ``data`` (a decoded JSON value), converted; FieldError."""
-        if not isinstance(data, dict):
-            raise FieldError(f"The {self.name} must be a JSON object, got {_json_type(data)}.")
-        known = {item.name: item for item in self.fields}
-        errors: dict[str, str] = dict.fromkeys(sorted(set(data) - set(known)), "Unknown field.")
-        values: dict[str, Any] = {}
-        for name, item in known.items():
-            if name not in data:
-                if item.required:
-                    errors[name] = "This field is required."
-                continue
-            try:
-                values[name] = item.convert(data[name])
-            except FieldError as exc:
-                # A nested value's own problems name themselves (jobs[1].run_at).
-                errors.update({f"{name}{sub}": text for sub, text in exc.errors.items()})
-                if not exc.errors:
-                    errors[name] = str(exc)
-        if not errors:
-            errors.update(self._cross_field_errors(values))
-        if errors:
-            raise FieldError(f"Invalid {self.name}.", errors)
-        return values
-
-    def _cross_field_errors(self, values: dict[str, Any]) -> dict[str, str]:
+    def cross_field_errors(self, values: dict[str, Any]) -> dict[str, str]:
+        """{field: message} for the rules across fields that ``values`` (each field valid,
+        only those present) breaks."""
         for group in (self.one_of, self.exclusive):
             given = [name for name in group if values.get(name) is not None]
             if len(given) > 1:
@@ -383,36 +360,12 @@ class Body:
         return self.check(values) if self.check else {}
 
 
-def list_of(body: Body, max_items: int) -> Kind:
-    """A JSON array of ``body`` objects, 1 to ``max_items`` of them."""
+@dataclass(frozen=True)
+class ListOf:
+    """A field's kind: a JSON array of ``body`` objects, 1 to ``max_items`` of them."""
 
-    def convert(value: Any) -> list[dict[str, Any]]:
-        if not isinstance(value, list):
-            raise FieldError(f"must be an array, got {_json_type(value)}.")
-        if not 1 <= len(value) <= max_items:
-            raise FieldError(f"must hold 1 to {max_items} items, got {len(value)}.")
-        items, errors = [], {}
-        for index, item in enumerate(value):
-            try:
-                items.append(body.parse(item))
-            except FieldError as exc:
-                errors.update(
-                    {f"[{index}]{_dotted(sub)}": text for sub, text in exc.errors.items()}
-                )
-                if not exc.errors:
-                    errors[f"[{index}]"] = str(exc)
-        if errors:
-            raise FieldError("has invalid items.", errors)
-        return items
-
-    def schema() -> Schema:
-        return {"type": "array", "items": body.schema(), "minItems": 1, "maxItems": max_items}
-
-    return Kind(schema, convert)
-
-
-def _dotted(name: str) -> str:
-    return name if name.startswith("[") else f".{name}"
+    body: Body
+    max_items: int
 
 
 @dataclass(frozen=True)

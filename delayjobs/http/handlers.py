@@ -35,10 +35,10 @@ from delayjobs.http.fields import (
     Field,
     FieldError,
     Kind,
+    ListOf,
     Param,
     Schema,
     integer_between,
-    list_of,
     seconds_between,
 )
 from delayjobs.http.serialize import iso, job_json
@@ -205,7 +205,7 @@ BULK_SCHEDULE = Body(
     (
         Field(
             "jobs",
-            list_of(SCHEDULE, MAX_BULK_JOBS),
+            ListOf(SCHEDULE, MAX_BULK_JOBS),
             "Jobs to schedule, all or none, in one transaction. Two jobs with the same key "
             "are a conflict (409 duplicate_key).",
             required=True,

@@ -17,6 +17,7 @@ from django.conf import settings
 
 import delayjobs
 from delayjobs.http import handlers
+from delayjobs.http.app import body_schema
 from delayjobs.http.errors import ERROR_STATUSES, ERRORS
 from delayjobs.http.fields import Body, Param, payload_schemas
 from delayjobs.http.handlers import Call, Reply
@@ -371,7 +372,7 @@ def _operation_object(operation: Operation) -> Schema:
         source = f" (Django's {setting})" if setting else ""
         result["requestBody"] = {
             "required": operation.body_required,
-            "content": _json(operation.body.schema()),
+            "content": _json(body_schema(operation.body)[0]),
             "description": f"At most {limit} bytes of JSON{source}.",
         }
     return result
@@ -429,8 +430,16 @@ def _error_response(status: int) -> Schema:
 
 
 def _schemas() -> Schema:
+    # The models a request body refers to (a bulk request's items), as pydantic names them.
+    requests = {
+        name: schema
+        for operation in OPERATIONS
+        if operation.body is not None
+        for name, schema in body_schema(operation.body)[1].items()
+    }
     return {
         **payload_schemas(),
+        **requests,
         "Job": JOB_SCHEMA,
         "JobDetail": JOB_DETAIL_SCHEMA,
         "Attempt": ATTEMPT_SCHEMA,

@@ -15,6 +15,7 @@ from django.core.exceptions import BadRequest, RequestDataTooBig, SuspiciousOper
 from django.db import OperationalError, transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse, RawPostDataException
 from django.http.multipartparser import MultiPartParserError
+from django.urls import reverse
 from django.utils.cache import add_never_cache_headers
 
 from delayjobs.api import SPEC_FIELDS, nesting_depth
@@ -27,11 +28,12 @@ from delayjobs.exceptions import (
     JobNotFound,
     UnknownJobType,
 )
+from delayjobs.http import app
 from delayjobs.http.auth import authenticate
 from delayjobs.http.errors import ApiError
-from delayjobs.http.fields import FieldError, parse_query
+from delayjobs.http.fields import parse_query
 from delayjobs.http.handlers import BULK_SCHEDULE, SCHEDULE, Call, Reply, key_taken
-from delayjobs.http.openapi import Operation, describe_permissions
+from delayjobs.http.openapi import OPERATIONS, Operation, describe_permissions
 from delayjobs.models import jobs_database
 
 JSON_CONTENT_TYPE = "application/json"
@@ -103,19 +105,20 @@ class Endpoint:
                     "permission_denied",
                     f"This operation needs {describe_permissions(needed)}.",
                 )
-        call = Call(
-            request,
-            user,
-            path=path,
-            body=read_body(request, operation),
-            query=parse_query(request.GET, operation.query),
-            api_key=api_key,
-        )
-        reply = run(operation, call)
-        response = JsonResponse(reply.data, status=reply.status, safe=False)
-        for name, value in reply.headers.items():
-            response[name] = value
-        return response
+        # The body is read here, before ninja: its limits and its JSON are the API's own.
+        json_value = read_body(request, operation)
+
+        def respond(body: dict[str, Any]) -> HttpResponse:
+            # Called by the ninja operation, with the body its pydantic model validated.
+            query = parse_query(request.GET, operation.query)
+            call = Call(request, user, path=path, body=body, query=query, api_key=api_key)
+            reply = run(operation, call)
+            response = JsonResponse(reply.data, status=reply.status, safe=False)
+            for name, value in reply.headers.items():
+                response[name] = value
+            return response
+
+        return app.run(NINJA, request, path, app.Handover(operation, json_value, respond))
 
 
 logger = logging.getLogger(__name__)
@@ -221,20 +224,21 @@ def _field_path(exc: Exception, name: str) -> str:
 # Bodies ---------------------------------------------------------------------------------
 
 
-def read_body(request: HttpRequest, operation: Operation) -> dict[str, Any]:
-    """The operation's body, parsed and converted; {} for an operation without one."""
+def read_body(request: HttpRequest, operation: Operation) -> Any:
+    """The operation's body as a JSON value, for its pydantic model to validate; None for
+    an operation without one, or an empty body where the body is optional."""
     if operation.body is None:
-        return {}
+        return None
     raw = _raw_body(request, operation)
     if not raw:
         if not operation.body_required:
-            return {}
+            return None
         raise ApiError("malformed", "The body is empty: send a JSON object.")
     _require_json(request)
-    try:
-        return operation.body.parse(decode_json(raw))
-    except FieldError as exc:
-        raise ApiError("invalid", _describe(exc), fields=exc.errors) from None
+    value = decode_json(raw)
+    if value is None:  # ninja takes a null body for none at all: cancel would pass
+        raise app.not_an_object(operation.body, value)
+    return value
 
 
 def _raw_body(request: HttpRequest, operation: Operation) -> bytes:
@@ -335,11 +339,13 @@ def decode_json(raw: bytes) -> Any:
     raise ApiError("malformed", detail)
 
 
-def _describe(exc: FieldError) -> str:
-    """The error's sentence, with the first field at fault, for clients that show one line."""
-    if not exc.errors:
-        return str(exc)
-    name, message = next(iter(exc.errors.items()))
-    more = len(exc.errors) - 1
-    suffix = f" (and {more} more problem{'s' if more > 1 else ''}, see fields)" if more else ""
-    return f"{exc} {name}: {message}{suffix}"
+#: Each operation on django-ninja, by operationId.
+NINJA = app.build(OPERATIONS)
+
+
+def api_docs(request: HttpRequest) -> HttpResponse:
+    """Swagger UI, django-ninja's, on the API's own document (``delayjobs_api:openapi``).
+    Mount it where the project likes, outside the API's own URLs (any other path under the
+    mount point is a JSON 404): ``path("delayjobs/api-docs/", api_docs)``. The page is as
+    public as the document; trying an operation out needs a key or a staff session."""
+    return app.docs_page(request, reverse("delayjobs_api:openapi"), NINJA)
