@@ -20,7 +20,7 @@ import importlib.util
 import os
 import time
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
@@ -30,9 +30,6 @@ from django.utils import timezone
 
 from delayjobs.conf import settings
 from delayjobs.models import DelayedJob, JobStatus
-
-if TYPE_CHECKING:
-    from delayjobs.transitions import Outcome
 
 ENABLED = importlib.util.find_spec("prometheus_client") is not None
 MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -101,11 +98,11 @@ def job_started(job: DelayedJob, lateness: float) -> None:
         lateness_seconds.observe(max(lateness, 0.0))
 
 
-def job_finished(outcome: Outcome) -> None:
+def job_finished(job_type: str, outcome: str, duration: float) -> None:
+    """An attempt ended: its outcome (an ``AttemptOutcome`` value) and how long it ran, in
+    seconds. Plain values, so that the foundation needs no type of the state machine."""
     if ENABLED:
-        job_type = outcome.job.job_type
-        _finished(job_type, outcome.attempt_outcome.value).inc()
-        duration = (outcome.finished_at - outcome.started_at).total_seconds()
+        _finished(job_type, outcome).inc()
         _of_type(job_type)[2].observe(max(duration, 0.0))
 
 

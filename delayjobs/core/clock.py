@@ -30,9 +30,11 @@ from decimal import Decimal
 
 from django.db import connections
 
+from delayjobs.conf import settings
 from delayjobs.models import jobs_database
 
-logger = logging.getLogger(__name__)
+# The old path: users' LOGGING names it.
+logger = logging.getLogger("delayjobs.clock")
 
 #: Seconds between readings of a long-running process.
 SYNC_INTERVAL = 60.0
@@ -153,8 +155,6 @@ class SharedClock:
 
 def report_offset(offset: float | None, worker_id: str) -> None:
     """Log a consumer's offset: a warning if it is over ``CLOCK_OFFSET_WARNING``."""
-    from delayjobs.conf import settings
-
     if offset is None:
         return
     limit = settings.CLOCK_OFFSET_WARNING.total_seconds()

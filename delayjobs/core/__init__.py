@@ -1,0 +1,5 @@
+"""Foundation: the clock, database helpers, log fields, display, metrics, lane names, backoff.
+
+Layer 0. Modules here import only ``delayjobs.models``, ``exceptions``, ``conf``,
+``signals`` and each other; everything else in delayjobs builds on them.
+"""
