@@ -13,7 +13,7 @@ from delayjobs import clock, transitions
 from delayjobs.jobtypes import registry
 from delayjobs.models import AttemptOutcome, DelayedJob, JobAttempt, JobStatus
 from delayjobs.redis_store import index_entry
-from delayjobs.transitions import Outcome, claim, reap_expired_leases, record_outcomes
+from delayjobs.transitions import Outcome, claim, claims, reap_expired_leases, record_outcomes
 from tests.utils import row_locked
 
 pytestmark = pytest.mark.django_db
@@ -135,11 +135,11 @@ def test_portable_claim_path(monkeypatch, returning):
     """The one-UPDATE claim used where rows cannot be locked with SKIP LOCKED (SQLite),
     with RETURNING and without it (MySQL, Oracle), run directly on every database."""
     if not returning:
-        monkeypatch.setattr(transitions, "update_returning", lambda queryset, **changes: None)
+        monkeypatch.setattr(claims, "update_returning", lambda queryset, **changes: None)
     first, second, later = due_job(), due_job(), due_job(run_at=timezone.now() + LEASE)
 
     def portable_claim(worker_id: str, now: datetime) -> list[DelayedJob]:
-        return transitions._claim_with_update(
+        return claims._claim_with_update(
             [first.pk, second.pk, later.pk],
             worker_id,
             now,
@@ -509,7 +509,7 @@ def test_the_lease_of_a_job_claimed_ahead_counts_from_its_run_at(path: str) -> N
     ahead, due = due_job(run_at=now + timedelta(seconds=4)), due_job()
     leases = {"tests.scripted": timedelta(seconds=2)}
     if path == "the portable claim":
-        claimed = transitions._claim_with_update(
+        claimed = claims._claim_with_update(
             [ahead.pk, due.pk],
             "worker-a",
             now,

@@ -18,9 +18,12 @@ from django.db import transaction
 from django.dispatch import receiver
 
 from delayjobs.conf import settings
-from delayjobs.redis_store import IndexEntry, describe_target, get_store
+from delayjobs.core.lanes import IndexEntry
+from delayjobs.index.client import describe_target
+from delayjobs.index.store import get_store
 
-logger = logging.getLogger(__name__)
+# The old path: users' LOGGING names it.
+logger = logging.getLogger("delayjobs.handoff")
 
 #: After a failed hand-off, skip hand-offs for this long: with Redis down, each attempt
 #: would cost the caller a connect timeout, and the pre-loader repairs them anyway.

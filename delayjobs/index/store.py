@@ -1,44 +1,27 @@
-"""The Redis timing index. The only module that knows key names and Lua scripts.
+"""The timing index's operations and their Lua scripts: the only code that writes or
+reads the index's keys (named by ``delayjobs.index.keys``).
 
-Per queue, one sorted set (member: job id, score: ``run_at`` as epoch seconds) and one
-pub/sub channel that announces "the earliest due time of this queue just moved earlier".
-Both keys carry the queue as a Redis Cluster hash tag, so each script touches one slot.
-Redis only ever holds ids and times: everything else stays in the database row.
-
-On a Redis Cluster (``REDIS_CLUSTER``), every key of a queue (its lanes' sets, its wake
-channel) hashes to the slot of ``{queue}``, so a queue lives on one master. The other
-names are single keys or channels: the pre-loader lock (one key, one slot of its own) and
-the control channel. Pipelines here are never transactions, so redis-py splits them per
-node. Plain PUBLISH (from a script too) reaches the subscribers of every node.
-
-Lanes: a job type with a concurrency limit of its own (``JobType.concurrency``) gets a
-sorted set of its own within each queue. A consumer pops it only while the type has a
-free slot, so a flood of that type neither takes every slot nor has to be popped and put
-back over and over. Every other job of the queue shares the queue's set.
+Redis only ever holds ids and times: everything else stays in the database row. Pipelines
+here are never transactions, so redis-py splits them per node on a Redis Cluster. Plain
+PUBLISH (from a script too) reaches the subscribers of every node.
 """
 
 from __future__ import annotations
 
 import functools
-import logging
-import re
 import secrets
-import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any, ParamSpec, TypeVar, cast
+from typing import ParamSpec, TypeVar, cast
 
 import redis
-from django.core.signals import setting_changed
-from django.dispatch import receiver
 from redis.cluster import RedisCluster
 from redis.exceptions import RedisClusterException
 
-from delayjobs.conf import settings
-from delayjobs.jobtypes import registry
-
-logger = logging.getLogger(__name__)
+from delayjobs.core.lanes import IndexEntry
+from delayjobs.index.client import Client, ClusterUnreachable, get_client
+from delayjobs.index.keys import control_channel, due_key, preload_lock_key, wake_channel
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -83,54 +66,10 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) 
 return 0
 """
 
-#: What ``get_client()`` returns: a client of one server, or of a Redis Cluster.
-Client = redis.Redis | RedisCluster
-
-#: An entry of the index: (job id, lane, due time as epoch seconds); see ``lane``.
-IndexEntry = tuple[int, str, float]
-
-#: Separates queue and job type in a lane's name; queue names cannot contain it.
-LANE_SEPARATOR = "|"
-
 #: Entries per script call: Lua's unpack() fails past a few thousand values.
 SCRIPT_CHUNK = 1000
 
-_client_lock = threading.Lock()
-_client: Client | None = None
-_client_owned = False  # made from REDIS_URL by us (so ours to close), not django-redis's
 _store: RedisStore | None = None
-
-
-def get_client() -> Client:
-    """The shared Redis client (thread-safe; connection-pooled)."""
-    global _client, _client_owned
-    if _client is None:
-        with _client_lock:
-            if _client is None:
-                _client_owned = settings.redis_target[0] == "url"
-                _client = _connect()
-    return _client
-
-
-def _connect() -> Client:
-    kind, target = settings.redis_target
-    if kind == "cache":
-        from django_redis import get_redis_connection
-
-        return get_redis_connection(target)
-    options: dict[str, Any] = {
-        "socket_connect_timeout": settings.REDIS_CONNECT_TIMEOUT,
-        "socket_timeout": settings.REDIS_SOCKET_TIMEOUT,
-        "health_check_interval": 30,
-    }
-    if settings.REDIS_CLUSTER:
-        # The URL names any one node; the client asks it for the others and for who owns
-        # each slot, and follows MOVED/ASK redirections when slots move.
-        try:
-            return RedisCluster.from_url(target, **options)
-        except RedisClusterException as exc:  # no node answered: see _redis_errors
-            raise ClusterUnreachable(str(exc)) from exc
-    return redis.Redis.from_url(target, **options)
 
 
 def get_store() -> RedisStore:
@@ -141,112 +80,6 @@ def get_store() -> RedisStore:
     if store is None or store.client is not client:
         store = _store = RedisStore(client)
     return store
-
-
-def reset_client() -> None:
-    """Forget the client, so the next use reads the settings again."""
-    global _client, _store
-    with _client_lock:
-        if _client is not None and _client_owned:
-            _client.close()
-        _client = None
-        _store = None
-
-
-@receiver(setting_changed)
-def _on_setting_changed(*, setting: str, **kwargs: Any) -> None:
-    if setting in ("DELAYJOBS", "CACHES"):
-        reset_client()
-
-
-def describe_target() -> str:
-    """Where Redis is, for logs and errors, with any password masked."""
-    kind, target = settings.redis_target
-    if kind == "cache":
-        return f"django-redis cache {target!r}"
-    if settings.REDIS_CLUSTER:
-        return f"Redis Cluster at {mask_url(target)}"
-    return mask_url(target)
-
-
-#: Query parameters that carry a secret: redis-py reads ``password`` from the query string
-#: and hands the others to the connection as they are (``ssl_password``: the key file's).
-_SECRET_PARAMETER = re.compile(r"([?&][^=&#]*password=)[^&#]*", re.IGNORECASE)
-
-
-def mask_url(url: str) -> str:
-    """``url`` with every password replaced by ``***``, for logs and error messages.
-
-    Masks the credentials and any query parameter whose name ends in ``password``. Errs
-    on the side of hiding: everything before the last ``@`` counts as credentials (a
-    password may hold a raw ``/``, ``?`` or ``#`` that a URL parser would cut it at), and
-    a string that is not quite a URL (``redis:/:pw@host``) is masked all the same.
-    """
-    url = _SECRET_PARAMETER.sub(r"\1***", url)
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        scheme, rest = "", url
-    if "@" not in rest:
-        return url
-    credentials, _, host = rest.rpartition("@")
-    user, colon, _password = credentials.partition(":")
-    # Without a colon the one token may be a password written as a user name: hide it.
-    shown = f"{user}:***" if colon else "***"
-    return f"{scheme}{sep}{shown}@{host}"
-
-
-def _prefix() -> str:
-    return settings.KEY_PREFIX
-
-
-def lane(queue: str, job_type: str) -> str:
-    """Where a job waits: its queue, or ``queue|job_type`` for a type with its own limit."""
-    if job_type in registry and registry.get(job_type).concurrency is not None:
-        return f"{queue}{LANE_SEPARATOR}{job_type}"
-    return queue
-
-
-def lanes(queue: str) -> list[str]:
-    """Every lane of ``queue``: its own and one per job type with a limit of its own."""
-    limited = sorted(jt.name for jt in registry if jt.concurrency is not None)
-    return [queue, *(f"{queue}{LANE_SEPARATOR}{name}" for name in limited)]
-
-
-def split_lane(name: str) -> tuple[str, str | None]:
-    """(queue, job type or None) of a lane."""
-    queue, _separator, job_type = name.partition(LANE_SEPARATOR)
-    return queue, job_type or None
-
-
-def index_entry(job_id: int, queue: str, job_type: str, due: float) -> IndexEntry:
-    """The index entry of a job due at ``due`` (epoch seconds), in its lane."""
-    return (job_id, lane(queue, job_type), due)
-
-
-def due_key(lane_name: str) -> str:
-    """The sorted set of a lane (a plain queue name is its queue's own lane)."""
-    queue, job_type = split_lane(lane_name)
-    key = f"{_prefix()}:{{{queue}}}:due"
-    return key if job_type is None else f"{key}:{job_type}"
-
-
-def wake_channel(lane_name: str) -> str:
-    """The wake channel of a lane's queue: one per queue, whatever the lane."""
-    queue, _job_type = split_lane(lane_name)
-    return f"{_prefix()}:{{{queue}}}:wake"
-
-
-def control_channel() -> str:
-    """Where pauses and resumes are announced to every consumer of the project."""
-    return f"{_prefix()}:control"
-
-
-def preload_lock_key() -> str:
-    return f"{_prefix()}:preload-lock"
-
-
-class ClusterUnreachable(redis.ConnectionError):
-    """No node of the Redis Cluster answers (redis-py's RedisClusterException)."""
 
 
 def _redis_errors(method: Callable[P, R]) -> Callable[P, R]:

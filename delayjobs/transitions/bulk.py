@@ -15,7 +15,7 @@ from operator import attrgetter
 from django.db import connections
 from django.db.models import JSONField
 
-from delayjobs.db import column, is_psycopg3
+from delayjobs.core.db import column, is_psycopg3
 from delayjobs.models import DelayedJob, JobAttempt
 
 BULK_CREATE_BATCH = 500
