@@ -7,18 +7,9 @@ Redis hand-off waits for the commit, as ``delayjobs.schedule`` always does): ``r
 the task's ``run_after`` (or now), ``priority`` and ``queue`` are the task's. A consumer
 (``run_delay_consumer``) runs it; ``get_result()`` reads the row and its attempts.
 
-``QUEUES``: as Django's contract says, the queues tasks may use, and an empty list allows
-any queue name. A consumer started without ``--queue`` serves every queue listed here (and
-``default``); give ``--queue`` for the others a project's tasks use.
-
-OPTIONS:
-
-- ``MAX_ATTEMPTS``: executions before a raising task is FAILED (default: the job type's,
-  5; at most 2**31 - 1); each failed attempt is retried with delayjobs' backoff and is
-  listed in ``errors``.
-- ``MODULES``: modules outside the installed apps' packages that consumers may import
-  to find ``@task`` objects (a task in any module of an installed app needs no listing).
-  ``enqueue()`` refuses a task consumers could not import.
+Its settings (``QUEUES``, ``OPTIONS``: ``MAX_ATTEMPTS``, ``MODULES``) are read and checked
+by ``contrib.tasks.base.DelayJobsBackendBase``, which it subclasses. Projects name it by
+its documented path, ``delayjobs.backends.DelayJobsBackend``.
 """
 
 from __future__ import annotations
@@ -27,17 +18,13 @@ import json
 import logging
 import sys
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
-from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
 
-from delayjobs.api import MAX_ATTEMPTS_LIMIT, schedule
-from delayjobs.exceptions import InvalidJob
-from delayjobs.jobtypes import QUEUE_PATTERN
-from delayjobs.models import DelayedJob, jobs_database
-from delayjobs.task_compat import (
-    BaseTaskBackend,
+from delayjobs.api import schedule
+from delayjobs.contrib.tasks.base import DelayJobsBackendBase
+from delayjobs.contrib.tasks.compat import (
     InvalidTask,
     Task,
     TaskResult,
@@ -46,21 +33,17 @@ from delayjobs.task_compat import (
     normalize_json,
     task_enqueued,
 )
-from delayjobs.task_index import UnregisteredTask, importable, index
-from delayjobs.task_jobs import (
-    TASK_JOB_TYPE,
-    DjangoTaskJob,
-    TaskCall,
-    TaskRefused,
-    attempts_of,
-    build_result,
-    placeholder_task,
-    task_for_job,
-)
+from delayjobs.contrib.tasks.discovery import importable, index
+from delayjobs.contrib.tasks.jobs import DjangoTaskJob, placeholder_task, task_for_job
+from delayjobs.contrib.tasks.results import TaskCall, attempts_of, build_result
+from delayjobs.exceptions import InvalidJob
+from delayjobs.models import DelayedJob, jobs_database
+from delayjobs.task_index import UnregisteredTask
+from delayjobs.task_jobs import TASK_JOB_TYPE, TaskRefused
 
-logger = logging.getLogger(__name__)
+# The old module's name: users' LOGGING names it.
+logger = logging.getLogger("delayjobs.backends")
 
-OPTION_NAMES = frozenset({"MAX_ATTEMPTS", "MODULES"})
 #: The largest id of a job row (a 64-bit signed integer on every database).
 MAX_JOB_ID = 2**63 - 1
 
@@ -79,37 +62,14 @@ class UnserializableTaskArguments(InvalidTaskCall, TypeError):
     own backends raise for them."""
 
 
-class DelayJobsBackend(BaseTaskBackend):
+class DelayJobsBackend(DelayJobsBackendBase):
     supports_defer = True
     supports_priority = True
     supports_get_result = True
     # A coroutine task runs in the consumer's worker thread through async_to_sync.
     supports_async_task = True
-
-    def __init__(self, alias: str, params: dict[str, Any]) -> None:
-        super().__init__(alias, params)
-        bad_queues = sorted(
-            repr(q) for q in self.queues if not isinstance(q, str) or not QUEUE_PATTERN.fullmatch(q)
-        )
-        if bad_queues:
-            raise ImproperlyConfigured(
-                f"TASKS[{alias!r}]['QUEUES']: {', '.join(bad_queues)} cannot be delayjobs "
-                f"queues (1-100 characters of letters, digits and '_.-')."
-            )
-        options = self.options if isinstance(self.options, Mapping) else None
-        if options is None or set(options) - OPTION_NAMES:
-            raise ImproperlyConfigured(
-                f"TASKS[{alias!r}]['OPTIONS'] must be a dict with only "
-                f"{', '.join(sorted(OPTION_NAMES))}; got {self.options!r}."
-            )
-        self.max_attempts = _max_attempts(alias, options.get("MAX_ATTEMPTS"))
-        modules = options.get("MODULES", [])
-        if not isinstance(modules, list | tuple) or not all(isinstance(m, str) for m in modules):
-            raise ImproperlyConfigured(
-                f"TASKS[{alias!r}]['OPTIONS']['MODULES'] must be a list of module paths, "
-                f"got {modules!r}."
-            )
-        self.modules: list[str] = list(modules)
+    # Without OPTIONS["MAX_ATTEMPTS"], a task gets the django.task job type's attempts.
+    default_max_attempts: ClassVar[int | None] = DjangoTaskJob.max_attempts
 
     def enqueue(self, task: Task, args: Iterable[Any], kwargs: Mapping[str, Any]) -> TaskResult:
         self.validate_task(task)
@@ -196,17 +156,6 @@ class DelayJobsBackend(BaseTaskBackend):
         if job is None:
             raise TaskResultDoesNotExist(f"No task result {result_id!r}.")
         return job
-
-
-def _max_attempts(alias: str, value: Any) -> int | None:
-    if value is None:
-        return DjangoTaskJob.max_attempts
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_ATTEMPTS_LIMIT:
-        raise ImproperlyConfigured(
-            f"TASKS[{alias!r}]['OPTIONS']['MAX_ATTEMPTS'] must be a positive int up to "
-            f"{MAX_ATTEMPTS_LIMIT}, got {value!r}."
-        )
-    return value
 
 
 def _json_round_trip(task: Task, label: str, value: Any) -> Any:

@@ -19,6 +19,9 @@ Discovery runs on the first lookup that misses, and again on a later miss, at mo
 every ``REDISCOVER_INTERVAL`` seconds: a module that failed to import (the database was
 down while the consumer started) is tried again, yet a stream of rows naming an unknown
 task does not re-import on every row.
+
+``UnregisteredTask`` and ``ForbiddenTaskPath`` are defined in ``delayjobs.task_index``: their
+class paths are stored in task results.
 """
 
 from __future__ import annotations
@@ -36,9 +39,12 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.utils.module_loading import module_has_submodule
 
-from delayjobs.task_compat import Task, task_backends
+from delayjobs.contrib.tasks.base import DelayJobsBackendBase
+from delayjobs.contrib.tasks.compat import Task, task_backends
+from delayjobs.task_index import ForbiddenTaskPath, UnregisteredTask
 
-logger = logging.getLogger(__name__)
+# The old module's name: users' LOGGING names it.
+logger = logging.getLogger("delayjobs.task_index")
 
 #: The module of each installed app that is searched for Task objects.
 TASKS_MODULE = "tasks"
@@ -46,15 +52,6 @@ TASKS_MODULE = "tasks"
 SKIPPED_APPS = frozenset({"delayjobs"})
 #: The least time, in seconds, between two discoveries (see the module's docstring).
 REDISCOVER_INTERVAL = 5.0
-
-
-class UnregisteredTask(LookupError):
-    """A row names a task path that no importable module defines as a ``@task``."""
-
-
-class ForbiddenTaskPath(UnregisteredTask):
-    """A row names a task path outside every installed app: nothing was imported, and no
-    later attempt will import it either."""
 
 
 class TaskIndex:
@@ -228,8 +225,6 @@ def declared_modules() -> list[str]:
 
 def configured_modules() -> list[str]:
     """``OPTIONS["MODULES"]`` of every DelayJobsBackend alias in ``settings.TASKS``."""
-    from delayjobs.backends import DelayJobsBackend
-
     modules: list[str] = []
     tasks_setting = getattr(settings, "TASKS", None)
     for alias in tasks_setting if isinstance(tasks_setting, dict) else ():
@@ -240,7 +235,7 @@ def configured_modules() -> list[str]:
             # A bad alias fails loudly wherever it is used; it must not stop discovery.
             logger.warning("TASKS[%r] is misconfigured; its MODULES are not searched", alias)
             continue
-        if isinstance(backend, DelayJobsBackend):
+        if isinstance(backend, DelayJobsBackendBase):
             modules.extend(name for name in backend.modules if name not in modules)
     return modules
 
