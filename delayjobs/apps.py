@@ -37,7 +37,7 @@ def _register_task_job_type() -> None:
     if not tasks or tasks == getattr(global_settings, "TASKS", None):
         return
     try:
-        import delayjobs.backends  # noqa: F401  (registers the job type)
+        import delayjobs.contrib.tasks.backend  # noqa: F401  (registers the job type)
     except ImproperlyConfigured:
         # No Tasks framework installed: an error only if TASKS names delayjobs' backend.
         if any(

@@ -27,15 +27,11 @@ from django.test import override_settings
 from django.utils import timezone
 
 import delayjobs
-from delayjobs import task_compat, transitions
-from delayjobs.backends import DelayJobsBackend, InvalidTaskCall
+from delayjobs import transitions
 from delayjobs.consumer import Consumer
-from delayjobs.exceptions import InvalidJob, JobTimeout
-from delayjobs.execution import UnstorableResult, retry_at_after, run_claimed
-from delayjobs.jobtypes import registry
-from delayjobs.models import AttemptOutcome, DelayedJob, JobAttempt, JobStatus
-from delayjobs.redis_store import due_key
-from delayjobs.task_compat import (
+from delayjobs.contrib.tasks import compat as task_compat
+from delayjobs.contrib.tasks.backend import DelayJobsBackend, InvalidTaskCall
+from delayjobs.contrib.tasks.compat import (
     InvalidTask,
     TaskResultDoesNotExist,
     TaskResultStatus,
@@ -45,18 +41,17 @@ from delayjobs.task_compat import (
     task_finished,
     task_started,
 )
-from delayjobs.task_index import (
-    ForbiddenTaskPath,
-    TaskIndex,
-    UnregisteredTask,
-    declared_modules,
-    index,
-)
+from delayjobs.contrib.tasks.discovery import TaskIndex, declared_modules, index
+from delayjobs.contrib.tasks.jobs import UNREGISTERED_RETRY_BASE, UNREGISTERED_RETRY_CAP
+from delayjobs.exceptions import InvalidJob, JobTimeout
+from delayjobs.execution import UnstorableResult, retry_at_after, run_claimed
+from delayjobs.jobtypes import registry
+from delayjobs.models import AttemptOutcome, DelayedJob, JobAttempt, JobStatus
+from delayjobs.redis_store import due_key
+from delayjobs.task_index import ForbiddenTaskPath, UnregisteredTask
 from delayjobs.task_jobs import (
     EXCEPTION_CLASS_NOTE,
     TASK_JOB_TYPE,
-    UNREGISTERED_RETRY_BASE,
-    UNREGISTERED_RETRY_CAP,
     TaskCancelled,
     TaskExpired,
     TaskFailed,

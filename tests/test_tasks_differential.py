@@ -24,7 +24,7 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from delayjobs.consumer import Consumer
-from delayjobs.task_compat import InvalidTask, TaskResultDoesNotExist, task_backends
+from delayjobs.contrib.tasks.compat import InvalidTask, TaskResultDoesNotExist, task_backends
 from tests import task_functions, tasks
 
 pytestmark = pytest.mark.django_db(transaction=True)
