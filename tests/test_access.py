@@ -235,10 +235,10 @@ ALLOWED_DYNAMIC_CODE = sorted(
         # The Tasks backend's discovery of @task objects: each installed app's "tasks"
         # module and the backends' OPTIONS["MODULES"], names from the project's code and
         # settings; and a path stored in a row, imported only if its module lies inside
-        # an installed app's package (task_index.importable).
-        ("task_index.py", "from importlib import import_module"),
-        ("task_index.py", "import_module(name)"),
-        ("task_index.py", "import_module(module_name)"),
+        # an installed app's package (contrib.tasks.discovery.importable).
+        ("contrib/tasks/discovery.py", "from importlib import import_module"),
+        ("contrib/tasks/discovery.py", "import_module(name)"),
+        ("contrib/tasks/discovery.py", "import_module(module_name)"),
     ]
 )
 
