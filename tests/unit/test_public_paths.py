@@ -131,6 +131,9 @@ def resolve(path: str) -> Any:
             if exc.name is None or not ".".join(parts[:cut]).startswith(exc.name):
                 raise  # a module that exists failed to import something else: say so
             continue
+        origin = Path(found.__file__ or "").resolve()
+        # Another checkout's editable install can answer for a module missing here.
+        assert origin.is_relative_to(REPO), f"{path} was imported from {origin}, not {REPO}"
         for attribute in parts[cut:]:
             found = getattr(found, attribute)
         return found
@@ -179,7 +182,11 @@ def _executor_paths() -> list[str]:
             value = getattr(node, "value", None)
             if any(isinstance(t, ast.Name) and t.id == "EXECUTOR_PATHS" for t in targets):
                 assert isinstance(value, ast.Dict), f"{path}: EXECUTOR_PATHS is a dict literal"
-                paths += [v.value for v in value.values if isinstance(v, ast.Constant)]
+                paths += [
+                    v.value
+                    for v in value.values
+                    if isinstance(v, ast.Constant) and isinstance(v.value, str)
+                ]
     return paths
 
 
