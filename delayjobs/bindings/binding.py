@@ -189,7 +189,7 @@ class Binding:
         changed = 0
         instances = objects.iterator() if isinstance(objects, models.QuerySet) else objects
         for instance in instances:
-            state = self.checked_state(instance)
+            state = self._checked_state(instance)
             changed += self._apply(instance, state, unless_current=True)
         return changed
 
@@ -216,7 +216,7 @@ class Binding:
             return True
         return not self._depends_on_names.isdisjoint(update_fields)
 
-    def checked_state(self, instance: models.Model, value: Any = models.NOT_PROVIDED) -> State:
+    def _checked_state(self, instance: models.Model, value: Any = models.NOT_PROVIDED) -> State:
         """``state(instance, value)``, checked for being able to give a job: raised before
         the row is written, these errors leave nothing half done."""
         state = self.state(instance, value)
@@ -231,7 +231,7 @@ class Binding:
             self.resolve_job_type()
         return state
 
-    def saved(self, after: models.Model, created: bool, before: State | None) -> None:
+    def _saved(self, after: models.Model, created: bool, before: State | None) -> None:
         """Act on a save: ``after`` is the row as written, ``before`` as it was."""
         state = self.state(after)
         if created or before is None or state.effective() != before.effective():
@@ -291,7 +291,7 @@ class Binding:
         # An int or a str is JSON as it is; a UUID (or anything else) goes as its text.
         return {"pk": pk if isinstance(pk, int | str) else str(pk)}
 
-    def signature(self) -> tuple[Any, ...]:
+    def _signature(self) -> tuple[Any, ...]:
         """What makes two declarations the same one. Equality, so the same functions (or
         methods of the same class), not lookalikes: two lambdas are two declarations."""
         return (

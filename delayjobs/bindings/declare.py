@@ -139,7 +139,7 @@ def bind(
     binding = Binding(model, bound_field, job_type, offset, when, payload, options, depends)
     existing = declared(model, job_type_name)
     if existing is not None:
-        if existing.signature() == binding.signature():
+        if existing._signature() == binding._signature():
             return existing  # the very same declaration again
         raise ImproperlyConfigured(
             f"{meta.label} is already bound to job type {job_type_name!r} (on "

@@ -128,7 +128,7 @@ def _on_pre_save(
             # will get, not the instance's older (or empty) value.
             value = timezone.now()
         # Fails the save before the row is written: no row without its job.
-        binding.checked_state(after, value)
+        binding._checked_state(after, value)
         judged[binding.label] = _Pending(before, after)
     instance.__dict__.setdefault(BEFORE_ATTR, {})[depth] = judged
 
@@ -186,7 +186,7 @@ def _on_post_save(
             # Again: fields set during the save (auto_now) are in the instance only now.
             assert update_fields is not None
             _overlay(after, instance, update_fields)
-        binding.saved(after, created, found.before)
+        binding._saved(after, created, found.before)
 
 
 def _save_depth() -> int:
