@@ -18,8 +18,8 @@ _EXPORTS = {
     "reschedule": "delayjobs.api",
     "retry": "delayjobs.api",
     "bind": "delayjobs.bindings",
-    "JobType": "delayjobs.jobtypes",
-    "register": "delayjobs.jobtypes",
+    "JobType": "delayjobs.spec.jobtypes",
+    "register": "delayjobs.spec.jobtypes",
     "DelayJobsError": "delayjobs.exceptions",
     "InvalidJob": "delayjobs.exceptions",
     "UnknownJobType": "delayjobs.exceptions",
@@ -57,7 +57,7 @@ if TYPE_CHECKING:
         JobNotFound,
         UnknownJobType,
     )
-    from delayjobs.jobtypes import JobType, register
+    from delayjobs.spec.jobtypes import JobType, register
 
 
 def __getattr__(name: str) -> Any:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import random
 import traceback
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
@@ -28,7 +27,6 @@ from typing import TYPE_CHECKING, Any
 from django.conf import settings
 from django.utils import timezone
 
-from delayjobs.api import storable_json
 from delayjobs.contrib.tasks.base import DelayJobsBackendBase
 from delayjobs.contrib.tasks.compat import (
     DEFAULT_TASK_QUEUE_NAME,
@@ -51,10 +49,12 @@ from delayjobs.contrib.tasks.results import (
     note_exception_class,
     task_error,
 )
+from delayjobs.core.backoff import equal_jitter_backoff
 from delayjobs.exceptions import InvalidJob
 from delayjobs.execution import UnstorableResult
-from delayjobs.jobtypes import JobType, register
 from delayjobs.models import DelayedJob, JobStatus
+from delayjobs.spec.jobtypes import JobType, register
+from delayjobs.spec.payload import storable_json
 from delayjobs.task_index import ForbiddenTaskPath, UnregisteredTask
 from delayjobs.task_jobs import (
     TASK_JOB_TYPE,
@@ -105,18 +105,11 @@ class DjangoTaskJob(JobType):
         if isinstance(exc, TaskRefused | ForbiddenTaskPath):
             return None  # no later attempt would do otherwise
         if isinstance(exc, UnregisteredTask | UnknownTaskBackend):
-            return unregistered_retry_delay(job.attempts)
+            # The task may be deployed soon: back off, but reach the cap in a few tries.
+            return equal_jitter_backoff(
+                job.attempts, base=UNREGISTERED_RETRY_BASE, cap=UNREGISTERED_RETRY_CAP
+            )
         return super().retry_delay(job, exc)
-
-
-def unregistered_retry_delay(attempt: int) -> timedelta:
-    """The wait after ``attempt`` failed because this consumer does not know the task."""
-    exponent = min(max(attempt - 1, 0), 16)
-    ceiling = min(
-        UNREGISTERED_RETRY_BASE.total_seconds() * 2**exponent,
-        UNREGISTERED_RETRY_CAP.total_seconds(),
-    )
-    return timedelta(seconds=random.uniform(ceiling / 2, ceiling))
 
 
 def delayjobs_backend(alias: str) -> DelayJobsBackendBase:
