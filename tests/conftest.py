@@ -1,4 +1,10 @@
-"""Generic fixtures: a real Redis client, a clean Redis per test, consumer subprocesses."""
+"""What every directory of the suite shares: the kind markers, Redis, consumer subprocesses.
+
+A test's kind is where it lives (tests/unit, tests/integration, tests/e2e, tests/browser):
+``pytest_collection_modifyitems`` below marks it, so ``-m unit``, ``-m "unit or integration"``
+and the like select by kind. tests/faults and tests/scale mark their own tests. The autouse
+clean-Redis fixture lives in the conftests of the directories whose tests use Redis.
+"""
 
 from __future__ import annotations
 
@@ -16,16 +22,59 @@ from django.db import connection
 
 from sampleproject.services import pdeathsig_preexec
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+TESTS_DIR = Path(__file__).resolve().parent
+REPO_ROOT = TESTS_DIR.parent
+
+#: The kind markers by directory. A test in an integration file that starts processes
+#: carries ``subprocess`` and is of kind ``e2e``: the kind says what a test does.
+KINDS = {"unit": "unit", "integration": "integration", "e2e": "e2e", "browser": "browser"}
+#: Directories whose own conftests mark their tests (``faults``, ``scale``).
+SELF_MARKED = {"faults", "scale"}
+#: What a test may carry to start a consumer process (see ``consumer_process``).
+PROCESS_MARKERS = ("subprocess", "browser", "faults", "scale")
+
+
+def _kind(item: pytest.Item) -> str | None:
+    """The kind of a test, from its directory under tests/ (None: not ours to mark)."""
+    try:
+        parts = Path(str(item.fspath)).resolve().relative_to(TESTS_DIR).parts
+    except ValueError:
+        return None
+    if parts[0] in SELF_MARKED:
+        return None
+    if len(parts) == 1 or parts[0] not in KINDS:
+        raise pytest.UsageError(
+            f"{item.nodeid}: a test lives in tests/unit, tests/integration, tests/e2e or "
+            "tests/browser (see docs/howto/development.md), not directly in tests/"
+        )
+    kind = KINDS[parts[0]]
+    if kind == "integration" and item.get_closest_marker("subprocess"):
+        return "e2e"
+    return kind
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        kind = _kind(item)
+        if kind is None:
+            continue
+        item.add_marker(kind)
+        if kind in ("e2e", "browser") and not item.get_closest_marker("subprocess"):
+            # The matrix's core legs leave out `subprocess`: a test here starts processes.
+            item.add_marker(pytest.mark.subprocess)
 
 
 def _test_redis() -> redis.Redis:
     return redis.Redis.from_url(settings.DELAYJOBS["REDIS_URL"])
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture
 def _clean_redis() -> Iterator[None]:
-    """Every test starts and ends with an empty Redis (the index is rebuildable anyway)."""
+    """The test starts and ends with an empty Redis (the index is rebuildable anyway).
+
+    Autouse in tests/integration, tests/e2e and tests/browser (their conftests), never in
+    tests/unit, whose tests need no Redis at all.
+    """
     client = _test_redis()
     try:
         client.flushdb()
@@ -126,13 +175,19 @@ def subprocess_env(**extra: str) -> dict[str, str]:
 
 
 @pytest.fixture
-def consumer_process(tmp_path: Path) -> Iterator[ConsumerFactory]:
+def consumer_process(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ConsumerFactory]:
     """Factory: ``consumer_process(*args, env=None) -> ConsumerProcess``.
 
     Starts ``python manage.py run_delay_consumer *args``. The consumer only sees committed
     rows, so tests using it need ``@pytest.mark.django_db(transaction=True)``. Consumers
-    still running at teardown are SIGKILLed and reaped.
+    still running at teardown are SIGKILLed and reaped. A test that uses it must be marked
+    ``subprocess`` (tests/e2e marks all of its tests), so that the in-process runs leave it out.
     """
+    if not any(request.node.get_closest_marker(name) for name in PROCESS_MARKERS):
+        pytest.fail(
+            f"{request.node.nodeid} starts a consumer process: move it to tests/e2e or mark it "
+            "@pytest.mark.subprocess"
+        )
     started: list[ConsumerProcess] = []
 
     def start(

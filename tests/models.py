@@ -19,7 +19,7 @@ class Execution(models.Model):
 
 
 class Appointment(models.Model):
-    """A row that tests/test_bindings.py binds jobs to (``delayjobs.bind``)."""
+    """A row that tests/integration/test_bindings.py binds jobs to (``delayjobs.bind``)."""
 
     at = models.DateTimeField(null=True, blank=True)
     lead_minutes = models.IntegerField(default=0)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The test command: lint, migration check, the suite on SQLite and PostgreSQL (browser tests
-# included), the fault suite.
+# The test command: lint, migration check, the unit tests, the suite on SQLite and PostgreSQL
+# (browser tests included), the fault suite.
 # Usage: tests/run.sh [pytest args]
 # Env: PYTHON, VENV, DJANGO_SPEC (e.g. 'django>=6.0,<6.2'),
 #      DELAYJOBS_SKIP_BROWSER=1 to leave out the browser tests and chromium (local runs only:
@@ -33,7 +33,7 @@ if ! grep -qs -- tls-cert-file /usr/bin/redis-server; then
 fi
 # Playwright launches Debian's chromium: `playwright install` cannot download browsers here.
 if [ -z "$SKIP_BROWSER" ] && [ ! -x /usr/bin/chromium ]; then
-    MISSING+=("chromium:the browser for tests/test_browser.py, about 150 packages with its libraries (DELAYJOBS_SKIP_BROWSER=1 skips it)")
+    MISSING+=("chromium:the browser for tests/browser, about 150 packages with its libraries (DELAYJOBS_SKIP_BROWSER=1 skips it)")
 fi
 header "System packages"
 if [ ${#MISSING[@]} -eq 0 ]; then
@@ -103,10 +103,21 @@ run_pytest() {
     return "$status"
 }
 
+# The main suite: tests/unit, tests/integration, tests/e2e and tests/browser (kind markers
+# set by directory in tests/conftest.py); faults and scale run apart.
 MAIN_SUITE="not faults and not scale"
 if [ -n "$SKIP_BROWSER" ]; then
     MAIN_SUITE="not faults and not scale and not browser"
     echo "DELAYJOBS_SKIP_BROWSER is set: the browser tests do not run."
+fi
+
+# The unit tests first, in seconds and with no server started: a mistake there stops the run
+# before the services start. They need no database, so the two runs below leave them out.
+# With pytest args, the runs below select from everything, unit tests included, as before.
+if [ "$ARGS_GIVEN" -eq 0 ]; then
+    header "Unit tests (no services)"
+    DELAYJOBS_TEST_SERVICES=none run_pytest -m unit tests/unit
+    MAIN_SUITE="$MAIN_SUITE and not unit"
 fi
 
 header "pytest on SQLite"

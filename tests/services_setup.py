@@ -22,6 +22,10 @@ REDIS_URL_ENV = "DELAYJOBS_TEST_REDIS_URL"
 DB_ENV = "DELAYJOBS_TEST_DB"
 PG_PORT_ENV = "DELAYJOBS_TEST_PG_PORT"
 SQLITE_DIR_ENV = "DELAYJOBS_TEST_SQLITE_DIR"
+#: "none": start nothing (a unit run: tests/unit needs settings only).
+SERVICES_ENV = "DELAYJOBS_TEST_SERVICES"
+#: Where a unit run's settings point Redis: a port nothing listens on, refused at once.
+NO_REDIS_URL = "redis://127.0.0.1:1/0"
 
 SQLITE_NAME = "delayjobs.sqlite3"
 SQLITE_TEST_NAME = "test_delayjobs.sqlite3"
@@ -30,7 +34,7 @@ SQLITE_TEST_NAME = "test_delayjobs.sqlite3"
 @dataclass(frozen=True)
 class RunServices:
     redis_url: str
-    db: str  # "sqlite" or "postgres"
+    db: str  # "sqlite", "postgres" or "none" (a unit run: an in-memory SQLite, no server)
     pg_port: int | None = None
     sqlite_dir: Path | None = None
 
@@ -52,6 +56,9 @@ def ensure_services() -> RunServices:
     """Return the services of this test run, starting (and exporting) what is missing."""
     global _services
     if _services is not None:
+        return _services
+    if os.environ.get(SERVICES_ENV) == "none":
+        _services = RunServices(redis_url=NO_REDIS_URL, db="none")
         return _services
 
     db = os.environ.get(DB_ENV, "sqlite")

@@ -1,8 +1,15 @@
-"""Settings of the test suite: the sample project, plus real Redis and a real database.
+"""Settings of the test suite, its own: every setting the tests rely on is stated here.
+
+The installed apps are delayjobs, the sample project's two apps (the bindings, admin and
+sample-project tests use their models and views), the reference Django Tasks backend and
+the ``tests`` app. Of the sample project's settings only the middleware and templates of
+its views are imported, by name; the README's demo (.ci/demo-fresh-clone) runs the rest.
 
 ``DELAYJOBS_TEST_DB`` selects the database: "sqlite" (default, a file so that consumer
 subprocesses share it) or "postgres". Servers are started on import unless their address
-is already in the environment (see tests/services_setup.py).
+is already in the environment (see tests/services_setup.py). ``DELAYJOBS_TEST_SERVICES=none``
+starts nothing, for tests/unit: Redis is an address nothing listens on, the database an
+in-memory SQLite.
 
 ``DELAYJOBS_TEST_DB_NAME`` overrides the database NAME. pytest-django runs the tests
 against a renamed test database ("test_…"); the consumer_process fixture passes that name
@@ -17,11 +24,8 @@ from urllib.parse import urlsplit
 
 import django
 
-from sampleproject.settings import *  # noqa: F403
-from sampleproject.settings import INSTALLED_APPS
-from tests.scale.sentinel import CACHE_ALIAS as SENTINEL_CACHE_ALIAS
-from tests.scale.sentinel import SENTINELS_ENV, parse_sentinels, sentinel_cache
-from tests.scale.sentinel import SERVICE_ENV as SENTINEL_SERVICE_ENV
+from sampleproject.settings import MIDDLEWARE as SAMPLE_MIDDLEWARE
+from sampleproject.settings import TEMPLATES as SAMPLE_TEMPLATES
 from tests.services_setup import (
     LOOPBACK,
     SQLITE_NAME,
@@ -29,11 +33,51 @@ from tests.services_setup import (
     ensure_services,
 )
 from tests.skewed_clock import install_from_environment as install_skewed_clock
+from tests.support.sentinel_settings import CACHE_ALIAS as SENTINEL_CACHE_ALIAS
+from tests.support.sentinel_settings import SENTINELS_ENV, parse_sentinels, sentinel_cache
+from tests.support.sentinel_settings import SERVICE_ENV as SENTINEL_SERVICE_ENV
+
+SECRET_KEY = "django-insecure-delayjobs-tests-only"
+# Consumer and manage.py subprocesses run with it, as they did on the sample's settings;
+# pytest-django turns it off in the test process itself.
+DEBUG = True
+# The browser tests' live server answers on localhost; the test client is always allowed.
+ALLOWED_HOSTS = ["localhost", "127.0.0.1"]
+
+_CONTRIB = ("admin", "auth", "contenttypes", "sessions", "messages", "staticfiles")
+INSTALLED_APPS = [
+    *(f"django.contrib.{name}" for name in _CONTRIB),
+    "delayjobs",
+    # The sample's apps: the bindings, admin and sample-project tests use their models.
+    "sampleproject.meetings",
+    "sampleproject.orders",
+    # django_tasks_db: the reference backend of tests/integration/test_tasks_differential.py.
+    "django_tasks_db",
+    "tests",
+]
+
+# The sample project's URLs: its apps' views (tests/integration/test_sampleproject.py, the
+# browser tests), the admin, and the HTTP API and its docs where the sample mounts them.
+# Those views run under the sample's own middleware and templates, imported by name: a
+# change to the sample's stack is tested with it. Nothing else comes from its settings.
+ROOT_URLCONF = "sampleproject.urls"
+MIDDLEWARE = SAMPLE_MIDDLEWARE
+TEMPLATES = SAMPLE_TEMPLATES
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+TIME_ZONE = "UTC"
+USE_TZ = True
+STATIC_URL = "static/"
+
+# The sample's meetings send reminders by e-mail, in consumer subprocesses too: locmem
+# keeps them in memory. MAILERS replaces EMAIL_BACKEND from Django 6.1.
+if django.VERSION >= (6, 1):
+    MAILERS = {"default": {"BACKEND": "django.core.mail.backends.locmem.EmailBackend"}}
+else:
+    EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+DEFAULT_FROM_EMAIL = "meetings@localhost"
 
 SERVICES = ensure_services()
-
-# django_tasks_db: the reference backend of tests/test_tasks_differential.py.
-INSTALLED_APPS = [*INSTALLED_APPS, "django_tasks_db", "tests"]
 
 DB_NAME_OVERRIDE = os.environ.get("DELAYJOBS_TEST_DB_NAME")
 
@@ -55,6 +99,9 @@ if SERVICES.db == "postgres":
     # A test may reach the database otherwise, e.g. through a PgBouncer (tests/scale): a JSON
     # object merged into the entry, as DELAYJOBS_TEST_OVERRIDES is into DELAYJOBS.
     DATABASES["default"].update(json.loads(os.environ.get("DELAYJOBS_TEST_DB_OVERRIDES") or "{}"))
+elif SERVICES.db == "none":
+    # tests/unit: no test there opens the database (tests/unit/conftest.py sees to it).
+    DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}
 else:
     assert SERVICES.sqlite_dir is not None
     DATABASES = {
@@ -81,8 +128,8 @@ DELAYJOBS = {
     "PRELOAD_INTERVAL": 1,
     "PRELOAD_WINDOW": 5,
 }
-# The Celery executor's tests start a real Celery worker (sampleproject's app) on the
-# tests' Redis, in another database than delayjobs' keys.
+# The Celery executor's tests start a real Celery worker (sampleproject's app, which reads
+# the CELERY_* settings) on the tests' Redis, in another database than delayjobs' keys.
 CELERY_BROKER_URL = os.environ.get("DELAYJOBS_TEST_CELERY_BROKER") or (
     urlsplit(SERVICES.redis_url)._replace(path="/1").geturl()
 )
@@ -90,8 +137,8 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 
 # tests/scale/test_sentinel.py: Redis through Sentinel, by a django-redis cache configured
-# as django-redis documents it (tests.scale.sentinel.sentinel_cache), named by delayjobs'
-# REDIS_CACHE_ALIAS as a project would.
+# as django-redis documents it (tests.support.sentinel_settings.sentinel_cache), named by
+# delayjobs' REDIS_CACHE_ALIAS as a project would.
 if os.environ.get(SENTINELS_ENV):
     CACHES = {
         "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
@@ -107,8 +154,6 @@ DELAYJOBS.update(json.loads(os.environ.get("DELAYJOBS_TEST_OVERRIDES") or "{}"))
 # A consumer whose host clock is off, for tests/scale/test_clocks.py (see the module).
 install_skewed_clock()
 
-USE_TZ = True
-
 # Hashing passwords properly is slow on purpose; tests do not need that.
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
@@ -119,8 +164,8 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": "WARNING"},
 }
 
-# Django's Tasks framework on delayjobs (tests/test_tasks_backend.py, tasks in tests/tasks.py):
-# django.tasks on Django 6, the django-tasks backport on Django 5.2.
+# Django's Tasks framework on delayjobs (tests/integration/test_tasks_backend.py, tasks in
+# tests/tasks.py): django.tasks on Django 6, the django-tasks backport on Django 5.2.
 _TASKS_PACKAGE = "django.tasks" if django.VERSION >= (6, 0) else "django_tasks"
 TASKS = {
     "default": {
@@ -135,7 +180,7 @@ TASKS = {
         "BACKEND": "delayjobs.backends.DelayJobsBackend",
         "OPTIONS": {"MAX_ATTEMPTS": 1},
     },
-    # tests/test_tasks_differential.py: the same scenarios on the reference database
+    # tests/integration/test_tasks_differential.py: the same scenarios on the reference database
     # backend (django-tasks-db) and on delayjobs', one attempt each.
     "reference": {
         "BACKEND": "django_tasks_db.DatabaseBackend",

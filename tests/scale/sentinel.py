@@ -7,9 +7,9 @@ with ``--sentinel`` and a configuration file of its own (Sentinel rewrites it). 
 is an event each time: the replica's link is up, every sentinel knows the replica and the
 two other sentinels. Failover is quick on purpose (``down-after-milliseconds`` 1 s).
 
-``sentinel_cache()`` is the django-redis cache configured as django-redis documents it
-("Use the sentinel connection factory"); tests.settings installs it when
-``SENTINELS_ENV`` is set, and delayjobs uses it through ``REDIS_CACHE_ALIAS``.
+``tests.support.sentinel_settings.sentinel_cache()`` is the django-redis cache configured as
+django-redis documents it ("Use the sentinel connection factory"); tests.settings installs
+it when ``SENTINELS_ENV`` is set, and delayjobs uses it through ``REDIS_CACHE_ALIAS``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import os
 import signal
 import time
 from pathlib import Path
-from typing import Any
 
 import redis
 from redis.sentinel import Sentinel
@@ -32,13 +31,8 @@ from sampleproject.services import (
     _stop_process,
     find_redis_server,
 )
+from tests.support.sentinel_settings import SENTINELS_ENV, SERVICE_ENV
 
-#: Environment of the tests' Django processes: the sentinels ("host:port,host:port,...")
-#: and the master's service name. tests.settings reads them.
-SENTINELS_ENV = "DELAYJOBS_TEST_SENTINELS"
-SERVICE_ENV = "DELAYJOBS_TEST_SENTINEL_SERVICE"
-#: The alias of the cache delayjobs uses in those processes.
-CACHE_ALIAS = "sentinel"
 SERVICE = "delayjobs"
 #: Sentinel declares the master down after this long without a valid reply, and gives
 #: a failover this long before another sentinel may try again. Short, so failover is
@@ -64,34 +58,6 @@ def redis_binary() -> str:
     if not explicit and os.access(SYSTEM_REDIS_SERVER, os.X_OK):
         return SYSTEM_REDIS_SERVER
     return find_redis_server()
-
-
-def sentinel_cache(sentinels: list[tuple[str, int]], service: str) -> dict[str, Any]:
-    """A CACHES entry for a Sentinel-managed master, as django-redis's README gives it.
-
-    ``CONNECTION_FACTORY`` in OPTIONS (rather than the global
-    DJANGO_REDIS_CONNECTION_FACTORY) is the README's form for a project whose other caches
-    are plain Redis. The socket timeouts bound how long a dead master (or sentinel) holds
-    up a call: with a cache alias, delayjobs' own REDIS_*_TIMEOUT settings do not apply.
-    """
-    return {
-        "BACKEND": "django_redis.cache.RedisCache",
-        # The host part is the master's service name, not a host.
-        "LOCATION": f"redis://{service}/0",
-        "OPTIONS": {
-            "CLIENT_CLASS": "django_redis.client.SentinelClient",
-            "CONNECTION_FACTORY": "django_redis.pool.SentinelConnectionFactory",
-            "SENTINELS": sentinels,
-            "SOCKET_CONNECT_TIMEOUT": 1,
-            "SOCKET_TIMEOUT": 2,
-        },
-    }
-
-
-def parse_sentinels(value: str) -> list[tuple[str, int]]:
-    """``"127.0.0.1:26379,127.0.0.1:26380"`` as [(host, port), ...]."""
-    pairs = (item.rpartition(":") for item in value.split(",") if item)
-    return [(host, int(port)) for host, _sep, port in pairs]
 
 
 class SystemRedisServer(RedisServer):

@@ -35,12 +35,11 @@ from tests.conftest import ConsumerProcess
 from tests.consumers import check_alive, wait_output
 from tests.faults.harness import JOBS, Batch, Execution, FaultRun, percentiles
 from tests.faults.results import REPO_ROOT, Results, environment
-from tests.scale.cluster import ClusterServices, RedisClusterServers, cluster_overrides
 
 # The store's unit tests, collected here again to run on the cluster (the fixtures below
 # give them a cluster client). Left out: those that open a second, single-server client
 # of their own, or count subscribers with PUBSUB NUMSUB (per node on a cluster).
-from tests.test_redis_store import (  # noqa: F401
+from tests.integration.test_redis_store import (  # noqa: F401
     test_add_keeps_microsecond_precision_of_scores,
     test_add_of_nothing_is_nothing,
     test_add_publishes_only_when_the_earliest_due_time_moves_earlier,
@@ -58,6 +57,7 @@ from tests.test_redis_store import (  # noqa: F401
     test_remove_drops_only_the_given_members,
     wake,
 )
+from tests.scale.cluster import ClusterServices, RedisClusterServers, cluster_overrides
 from tests.utils import wait_for
 
 QUEUE_COUNT = 16

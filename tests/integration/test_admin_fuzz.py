@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from delayjobs.conf import settings as conf
 from delayjobs.jobtypes import registry
 from delayjobs.models import ApiKey, DelayedJob, JobAttempt, Pause
-from tests.test_admin import CHANGELIST, make_job
+from tests.integration.test_admin import CHANGELIST, make_job
 from tests.utils import fuzz_settings
 
 pytestmark = pytest.mark.django_db

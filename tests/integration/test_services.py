@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import pytest
 import redis
@@ -12,7 +10,6 @@ from django.conf import settings
 from django.db import connection
 
 from sampleproject.services import RedisServer, redis_ping
-from tests.conftest import REPO_ROOT, subprocess_env
 from tests.utils import wait_for
 
 
@@ -62,29 +59,3 @@ def test_database_is_the_selected_vendor() -> None:
         with connection.cursor() as cursor:
             cursor.execute("PRAGMA journal_mode")
             assert cursor.fetchone() == ("wal",)
-
-
-@pytest.mark.django_db(transaction=True)
-def test_subprocess_sees_the_test_database() -> None:
-    """What consumer_process relies on: a child process opens this test's database."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT COUNT(*) FROM django_migrations")
-        (expected,) = cursor.fetchone()
-    code = (
-        "import django; django.setup()\n"
-        "from django.db import connection\n"
-        "with connection.cursor() as c:\n"
-        "    c.execute('SELECT COUNT(*) FROM django_migrations')\n"
-        "    print(connection.settings_dict['NAME'], c.fetchone()[0])\n"
-    )
-    completed = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=REPO_ROOT,
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert completed.returncode == 0, completed.stderr
-    assert completed.stdout.split() == [str(connection.settings_dict["NAME"]), str(expected)]

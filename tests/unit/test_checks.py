@@ -35,14 +35,6 @@ def delayjobs_ids(messages) -> list[str]:
 # A good configuration ----------------------------------------------------------------
 
 
-# Django's full check run includes model checks, which on Django 6 query the database
-# (JSONField support), hence the database mark on the two tests that run them all.
-@pytest.mark.django_db
-def test_test_settings_pass_every_delayjobs_check():
-    assert check_settings() == []
-    assert delayjobs_ids(checks.run_checks()) == []
-
-
 def test_durations_may_be_timedeltas(delayjobs_settings):
     delayjobs_settings(
         PRELOAD_INTERVAL=timedelta(seconds=2),
@@ -210,15 +202,6 @@ def test_w001_unknown_setting_is_a_warning(delayjobs_settings):
 def test_several_problems_are_all_reported(delayjobs_settings):
     delayjobs_settings(CONCURRENCY=0, KEY_PREFIX="", TYPO=1)
     assert sorted(ids(check_settings())) == ["delayjobs.E007", "delayjobs.E009", "delayjobs.W001"]
-
-
-@pytest.mark.django_db
-def test_checks_are_registered_with_django(delayjobs_settings):
-    delayjobs_settings(PRELOAD_INTERVAL=60, PRELOAD_WINDOW=30)
-    assert delayjobs_ids(checks.run_checks()) == ["delayjobs.E006"]
-    assert delayjobs_ids(checks.run_checks(tags=["delayjobs"])) == ["delayjobs.E006"]
-    # `manage.py check --tag delayjobs` runs them alone.
-    assert delayjobs_ids(checks.run_checks(tags=[checks.Tags.models])) == []
 
 
 # Job type declarations ---------------------------------------------------------------

@@ -47,8 +47,14 @@ def test_what_ninja_would_take_differently_is_refused_as_before(client: Client) 
     fields as sent, after the others (the API names them first, by name, object by
     object)."""
     from delayjobs.models import DelayedJob, JobStatus
-    from tests.test_admin import make_job
-    from tests.test_http_api import ALL_PERMISSIONS, Api, assert_error, key_of, make_user
+    from tests.integration.test_admin import make_job
+    from tests.integration.test_http_api import (
+        ALL_PERMISSIONS,
+        Api,
+        assert_error,
+        key_of,
+        make_user,
+    )
 
     api = Api(client, key_of(make_user(*ALL_PERMISSIONS)))
     job = make_job()

@@ -56,15 +56,3 @@ def test_an_outcome_that_cannot_be_written_does_not_block_the_others(caplog):
     ) == {kept.pk, other.pk}
     assert JobAttempt.objects.filter(outcome=AttemptOutcome.SUCCEEDED).count() == 2
     assert any("cannot be recorded" in r.getMessage() for r in caplog.records)
-
-
-def test_an_error_text_with_a_nul_character_is_recorded(consumer_process):
-    """PostgreSQL text cannot hold NUL: the consumer escapes it instead of losing the outcome."""
-    job = delayjobs.schedule("tests.nul_error")
-    consumer = consumer_process("--burst", "--queue", "default")
-    assert consumer.wait(60) == 0, consumer.output()
-    job.refresh_from_db()
-    assert job.status == JobStatus.FAILED
-    assert "\\x00" in job.last_error
-    attempt = JobAttempt.objects.get(job=job)
-    assert "\\x00" in attempt.error and "\\x00" in attempt.traceback

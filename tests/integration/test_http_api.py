@@ -45,7 +45,7 @@ from delayjobs.jobtypes import registry
 from delayjobs.models import ApiKey, AttemptOutcome, DelayedJob, JobAttempt, JobStatus
 from sampleproject.meetings.models import Room
 from tests.conftest import ConsumerFactory
-from tests.test_admin import make_job
+from tests.integration.test_admin import make_job
 from tests.utils import wait_for
 
 pytestmark = pytest.mark.django_db
@@ -203,7 +203,7 @@ def with_history(status: str = JobStatus.FAILED) -> DelayedJob:
 # Mounting and the OpenAPI document -------------------------------------------------------
 
 
-@pytest.mark.urls("tests.test_http_api")
+@pytest.mark.urls("tests.integration.test_http_api")
 def test_nothing_is_reachable_unless_mounted(client: Client) -> None:
     for route in ("jobs/", "openapi.json", "jobs/1/"):
         assert client.get(BASE + route).status_code == 404

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from delayjobs.conf import settings as conf
 from delayjobs.models import DelayedJob
-from tests.test_http_api import ALL_PERMISSIONS, Api, key_of, make_user, rows
+from tests.integration.test_http_api import ALL_PERMISSIONS, Api, key_of, make_user, rows
 from tests.utils import fuzz_settings
 
 pytestmark = pytest.mark.django_db

@@ -17,7 +17,7 @@ from delayjobs import clock
 from delayjobs.clock import SharedClock, read_database_time
 from delayjobs.execution import wait_until
 from delayjobs.models import Consumer
-from tests.test_stats import consumer
+from tests.integration.test_stats import consumer
 
 pytestmark = pytest.mark.django_db
 

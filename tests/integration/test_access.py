@@ -52,8 +52,8 @@ from delayjobs.redis_store import (
 )
 from sampleproject.services import RedisServer, redis_ping
 from tests.conftest import REPO_ROOT, ConsumerFactory, subprocess_env
+from tests.integration.test_admin import changelist_url, make_job, staff_client
 from tests.models import Execution
-from tests.test_admin import changelist_url, make_job, staff_client
 from tests.utils import wait_for
 
 SCRIPTED = "tests.scripted"

@@ -16,7 +16,7 @@ import delayjobs
 from delayjobs import display, stats
 from delayjobs.management.commands import prune_delay_jobs
 from delayjobs.models import AttemptOutcome, DelayedJob, JobAttempt, JobStatus, Pause
-from tests.test_stats import attempt, build_known, make_job, pinned  # noqa: F401 (a fixture)
+from tests.integration.test_stats import attempt, build_known, make_job, pinned  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.django_db
 
