@@ -1,6 +1,6 @@
 """Settings of the sample project.
 
-Side-effect free on purpose: ``tests/settings.py`` does ``from sampleproject.settings import *``.
+Side-effect free on purpose: ``tests/settings.py`` imports its MIDDLEWARE and TEMPLATES from here.
 Everything a deployment or the demo changes comes from the environment.
 """
 

@@ -1029,7 +1029,7 @@ def test_no_setting_makes_the_checks_crash(config):
     unknown = [name for name in config if name not in DEFAULTS]
     warned = [message.msg for message in messages if message.id == "delayjobs.W001"]
     assert len(warned) == len(unknown)
-    # REDIS_URL with a REDIS_CACHE_ALIAS is E002, whatever the URL (tests/test_checks.py).
+    # REDIS_URL with a REDIS_CACHE_ALIAS is E002, whatever the URL (tests/unit/test_checks.py).
     both_redis = bool(config.get("REDIS_URL") and config.get("REDIS_CACHE_ALIAS"))
     for name, value in config.items():
         if name in RULES and not RULES[name][0](value) and not (both_redis and name == "REDIS_URL"):

@@ -73,7 +73,7 @@ class SentinelServices(FaultServices):
 
     PostgreSQL lives as long as the module; ``deploy()`` replaces the deployment (each
     scenario ends with its master killed). Consumers and the driver reach Redis only
-    through the cache of ``tests.scale.sentinel.sentinel_cache()``, as a project would.
+    through the cache of ``tests.support.sentinel_settings.sentinel_cache()``, as a project would.
     """
 
     def __init__(self) -> None:
