@@ -19,8 +19,8 @@ from redis import RedisError
 from delayjobs.conf import settings
 from delayjobs.core.paused import Paused, paused
 from delayjobs.exceptions import InvalidJob
+from delayjobs.index.store import get_store
 from delayjobs.models import Pause, PauseKind, jobs_database
-from delayjobs.redis_store import get_store
 from delayjobs.spec.jobtypes import registry
 from delayjobs.spec.validation import check_queue
 

@@ -16,13 +16,13 @@ from typing import Any
 from django.db import IntegrityError, models, transaction
 from django.utils import timezone
 
-from delayjobs import metrics, signals, transitions
-from delayjobs.bulk import insert_jobs
+from delayjobs import signals, transitions
+from delayjobs.core import metrics
+from delayjobs.core.lanes import IndexEntry
+from delayjobs.core.logfields import job_fields
 from delayjobs.exceptions import DuplicateJob, InvalidJob, InvalidTransition, JobNotFound
-from delayjobs.handoff import index_on_commit, unindex_on_commit
-from delayjobs.logfields import job_fields
+from delayjobs.index.handoff import index_on_commit, unindex_on_commit
 from delayjobs.models import DelayedJob, JobStatus, jobs_database
-from delayjobs.redis_store import IndexEntry, index_entry
 from delayjobs.spec.jobtypes import JobType
 from delayjobs.spec.validation import (
     JobSpec,
@@ -32,6 +32,8 @@ from delayjobs.spec.validation import (
     refuse_repeated_keys,
     resolve_run_at,
 )
+from delayjobs.transitions.bulk import insert_jobs
+from delayjobs.transitions.lanes import index_entry
 
 logger = logging.getLogger("delayjobs.api")  # the old path: users' LOGGING names it
 

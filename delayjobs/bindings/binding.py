@@ -18,7 +18,7 @@ from django.db import models
 from django.utils import timezone
 
 from delayjobs.api.verbs import cancel, schedule
-from delayjobs.db import attname
+from delayjobs.core.db import attname
 from delayjobs.exceptions import DuplicateJob, InvalidJob, UnknownJobType
 from delayjobs.models import DelayedJob, DelayedJobQuerySet, JobStatus
 from delayjobs.spec.jobtypes import JobType, registry

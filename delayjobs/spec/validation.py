@@ -18,7 +18,7 @@ from django.db import models
 from django.utils import timezone
 
 from delayjobs.conf import settings as conf
-from delayjobs.db import max_length
+from delayjobs.core.db import max_length
 from delayjobs.exceptions import InvalidJob
 from delayjobs.models import DelayedJob, jobs_database
 from delayjobs.spec.jobtypes import MAX_LATENESS, MIN_LATENESS, QUEUE_PATTERN, registry

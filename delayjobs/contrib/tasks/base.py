@@ -26,7 +26,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from delayjobs.api import MAX_ATTEMPTS_LIMIT
 from delayjobs.contrib.tasks.compat import BaseTaskBackend
-from delayjobs.jobtypes import QUEUE_PATTERN
+from delayjobs.spec.jobtypes import QUEUE_PATTERN
 
 OPTION_NAMES = frozenset({"MAX_ATTEMPTS", "MODULES"})
 
