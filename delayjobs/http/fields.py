@@ -89,14 +89,6 @@ class Body:
 
 
 @dataclass(frozen=True)
-class ListOf:
-    """A field's kind: a JSON array of ``body`` objects, 1 to ``max_items`` of them."""
-
-    body: Body
-    max_items: int
-
-
-@dataclass(frozen=True)
 class Param:
     """A query string parameter: text, converted by ``convert`` (FieldError if bad)."""
 
@@ -110,6 +102,14 @@ class Param:
 
     #: May be given several times (?status=failed&status=expired).
     repeated: bool = False
+
+
+@dataclass(frozen=True)
+class ListOf:
+    """A field's kind: a JSON array of ``body`` objects, 1 to ``max_items`` of them."""
+
+    body: Body
+    max_items: int
 
 
 def parse_query(query: Any, params: tuple[Param, ...]) -> dict[str, Any]:
