@@ -8,114 +8,32 @@ same list, so the document cannot promise what the views do not do.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from http import HTTPStatus
-from typing import Any
+from collections.abc import Callable, Iterable
 
 from django.conf import settings
 
 import delayjobs
-from delayjobs.http import handlers
+from delayjobs.http import bodies, handlers, listing
 from delayjobs.http.app import body_schema
+from delayjobs.http.call import MAX_ID, Call, Reply
 from delayjobs.http.errors import ERROR_STATUSES, ERRORS
-from delayjobs.http.fields import Body, Param, payload_schemas
-from delayjobs.http.handlers import Call, Reply
+from delayjobs.http.fields import Param
+from delayjobs.http.operation import (
+    MAX_BULK_BODY_BYTES,
+    NO_FIELDS,
+    Operation,
+    Schema,
+    describe_permissions,
+)
 from delayjobs.http.permissions import ADD, CANCEL, RESCHEDULE, RETRY, VIEW
-from delayjobs.http.serialize import ATTEMPT_SCHEMA, JOB_DETAIL_SCHEMA, JOB_SCHEMA, OBJECT_SCHEMA
-
-Schema = dict[str, Any]
-
-#: The largest body of one request; a job's payload is at most 64 KiB by default
-#: (DELAYJOBS["MAX_PAYLOAD_BYTES"]), so this leaves room for the rest and more.
-MAX_BODY_BYTES = 1024 * 1024
-#: A bulk request carries up to MAX_BULK_JOBS jobs.
-MAX_BULK_BODY_BYTES = 8 * 1024 * 1024
-
-
-#: A body that must be empty, or an empty JSON object, for actions that take no input.
-NO_FIELDS = Body("request", ())
-
-
-@dataclass(frozen=True)
-class Operation:
-    method: str
-    #: A Django route under the mount point ("jobs/<int:job_id>/").
-    route: str
-    #: The URL name of the route (shared by the operations on one route).
-    name: str
-    operation_id: str
-    summary: str
-    handler: Callable[[Call], Reply]
-    #: The permission needed (app_label.codename); None: public, no authentication.
-    permission: str | None
-    #: Status, description and schema of the successful response.
-    success: tuple[int, str, Schema]
-    body: Body | None = None
-    #: False: the body may be left out (actions that take no input).
-    body_required: bool = True
-    query: tuple[Param, ...] = ()
-    #: Runs in one transaction: all of it applies, or nothing does.
-    writes: bool = False
-    max_body_bytes: int = MAX_BODY_BYTES
-    #: May answer 409 (the job's state forbids it; key conflicts).
-    conflicts: bool = False
-    #: May answer 404 (no such job); always so for a route with a job id.
-    finds_job: bool = False
-    #: The success response has a Location header: the new job's URL.
-    location: bool = False
-    #: More to say in the document than the permission needed.
-    notes: str = ""
-    #: Also needs the view permission: an action on existing jobs, which the admin offers
-    #: only on its job list. Without it a caller could act on jobs it may not see, and
-    #: learn from 404 against 409 which ids exist and in what state.
-    needs_view: bool = False
-    #: Operations on the job in the success response (OpenAPI links, by operationId).
-    links: tuple[str, ...] = ()
-
-    def permissions(self) -> tuple[str, ...]:
-        """Every permission this operation needs; () for a public one."""
-        if self.permission is None:
-            return ()
-        return (self.permission, VIEW) if self.needs_view else (self.permission,)
-
-    def body_limit(self) -> tuple[int, str]:
-        """The largest body this operation takes, and the setting that makes it so: "" for
-        the API's own limit, or DATA_UPLOAD_MAX_MEMORY_SIZE when Django's is smaller
-        (Django refuses such a body before the API could read it)."""
-        django_limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
-        if django_limit is not None and django_limit < self.max_body_bytes:
-            return django_limit, "DATA_UPLOAD_MAX_MEMORY_SIZE"
-        return self.max_body_bytes, ""
-
-    def error_codes(self) -> list[str]:
-        """Every error code this operation can answer with."""
-        # "invalid" everywhere: unknown query parameters are refused on every operation.
-        codes = ["method_not_allowed", "invalid", "server_error"]
-        if self.permission is not None:
-            codes += ["not_authenticated", "permission_denied"]
-            if self.method != "GET":
-                codes.append("csrf_failed")
-        if self.body is not None:
-            codes += ["malformed", "invalid", "too_large", "unsupported_media_type"]
-        if "<int:job_id>" in self.route or self.finds_job:
-            codes.append("not_found")
-        if self.conflicts:
-            codes += ["duplicate_key", "invalid_transition"]
-        if self.writes:
-            codes.append("try_again")
-        return sorted(set(codes), key=list(ERRORS).index)
-
-
-def describe_permissions(permissions: Sequence[str]) -> str:
-    """'the permission a' or 'the permissions a and b', for messages and the document."""
-    if len(permissions) == 1:
-        return f"the permission {permissions[0]}"
-    return f"the permissions {', '.join(permissions[:-1])} and {permissions[-1]}"
-
-
-def _ref(name: str) -> Schema:
-    return {"$ref": f"#/components/schemas/{name}"}
+from delayjobs.http.schemas import (
+    JOB_OR_ID,
+    component_schemas,
+    error_response,
+    json_content,
+    ref,
+    response_name,
+)
 
 
 def openapi_document(call: Call) -> Reply:
@@ -124,11 +42,32 @@ def openapi_document(call: Call) -> Reply:
     return Reply(200, build_document(here.removesuffix("openapi.json").rstrip("/")))
 
 
-#: A job in a reply to a change: all of it, or only its id to a caller without VIEW.
-JOB_OR_ID: Schema = {"oneOf": [_ref("Job"), _ref("JobId")]}
 #: Actions on existing jobs need VIEW too (needs_view): their reply is always the whole job.
-JOB_ACTION = (200, "The job, after the change.", _ref("Job"))
+JOB_ACTION = (200, "The job, after the change.", ref("Job"))
 ONLY_ID = f"The reply shows the job's fields only with {VIEW}; without it, only its id."
+
+
+def _job_action(
+    verb: str, summary: str, handler: Callable[[Call], Reply], permission: str
+) -> Operation:
+    """POST jobs/<id>/<verb>/: an action on one job that takes no input (no body, or an
+    empty object), in one transaction, answering 409 when the job's status forbids it."""
+    return Operation(
+        "POST",
+        f"jobs/<int:job_id>/{verb}/",
+        f"job-{verb}",
+        f"{verb}Job",
+        summary,
+        handler,
+        permission,
+        JOB_ACTION,
+        needs_view=True,
+        body=NO_FIELDS,
+        body_required=False,
+        writes=True,
+        conflicts=True,
+    )
+
 
 OPERATIONS: tuple[Operation, ...] = (
     Operation(
@@ -144,7 +83,7 @@ OPERATIONS: tuple[Operation, ...] = (
             f"The job scheduled (or, with replace, the job moved); only its id without {VIEW}.",
             JOB_OR_ID,
         ),
-        body=handlers.SCHEDULE,
+        body=bodies.SCHEDULE,
         writes=True,
         conflicts=True,
         location=True,
@@ -161,10 +100,10 @@ OPERATIONS: tuple[Operation, ...] = (
         "jobs",
         "listJobs",
         "List jobs, newest first, a page at a time.",
-        handlers.list_jobs,
+        listing.list_jobs,
         VIEW,
-        (200, "A page of jobs.", _ref("JobList")),
-        query=handlers.LIST_PARAMS,
+        (200, "A page of jobs.", ref("JobList")),
+        query=listing.LIST_PARAMS,
     ),
     Operation(
         "POST",
@@ -174,8 +113,8 @@ OPERATIONS: tuple[Operation, ...] = (
         "Schedule many jobs in one transaction, all or none (delayjobs.schedule_many).",
         handlers.schedule_jobs,
         ADD,
-        (201, "The jobs, in the order given.", _ref("BulkScheduleResult")),
-        body=handlers.BULK_SCHEDULE,
+        (201, "The jobs, in the order given.", ref("BulkScheduleResult")),
+        body=bodies.BULK_SCHEDULE,
         writes=True,
         max_body_bytes=MAX_BULK_BODY_BYTES,
         conflicts=True,
@@ -191,7 +130,7 @@ OPERATIONS: tuple[Operation, ...] = (
         CANCEL,
         JOB_ACTION,
         needs_view=True,
-        body=handlers.CANCEL_BY_KEY,
+        body=bodies.CANCEL_BY_KEY,
         writes=True,
         conflicts=True,
         finds_job=True,
@@ -204,22 +143,13 @@ OPERATIONS: tuple[Operation, ...] = (
         "One job with its history of attempts.",
         handlers.get_job,
         VIEW,
-        (200, "The job and its attempts.", _ref("JobDetail")),
+        (200, "The job and its attempts.", ref("JobDetail")),
     ),
-    Operation(
-        "POST",
-        "jobs/<int:job_id>/cancel/",
-        "job-cancel",
-        "cancelJob",
+    _job_action(
+        "cancel",
         "Cancel a scheduled job (a running one is not interrupted: 409).",
         handlers.cancel_job,
         CANCEL,
-        JOB_ACTION,
-        needs_view=True,
-        body=NO_FIELDS,
-        body_required=False,
-        writes=True,
-        conflicts=True,
     ),
     Operation(
         "POST",
@@ -231,24 +161,15 @@ OPERATIONS: tuple[Operation, ...] = (
         RESCHEDULE,
         JOB_ACTION,
         needs_view=True,
-        body=handlers.RESCHEDULE,
+        body=bodies.RESCHEDULE,
         writes=True,
         conflicts=True,
     ),
-    Operation(
-        "POST",
-        "jobs/<int:job_id>/retry/",
-        "job-retry",
-        "retryJob",
+    _job_action(
+        "retry",
         "Run a finished job (failed, cancelled, succeeded, skipped, expired) again now.",
         handlers.retry_job,
         RETRY,
-        JOB_ACTION,
-        needs_view=True,
-        body=NO_FIELDS,
-        body_required=False,
-        writes=True,
-        conflicts=True,
     ),
     Operation(
         "GET",
@@ -276,7 +197,7 @@ def routes() -> dict[str, list[Operation]]:
 ROUTE_PARAMETER = re.compile(r"<(?:(?P<converter>\w+):)?(?P<name>\w+)>")
 CONVERTER_SCHEMAS: dict[str, Schema] = {
     # A larger id cannot exist: 404, as for any id of no job.
-    "int": {"type": "integer", "minimum": 0, "maximum": handlers.MAX_ID},
+    "int": {"type": "integer", "minimum": 0, "maximum": MAX_ID},
     "str": {"type": "string"},
 }
 
@@ -311,9 +232,11 @@ def build_document(server_url: str) -> Schema:
         "servers": [{"url": server_url}],
         "paths": paths,
         "components": {
-            "schemas": _schemas(),
+            "schemas": component_schemas(
+                operation.body for operation in OPERATIONS if operation.body is not None
+            ),
             "responses": {
-                _response_name(status): _error_response(status) for status in ERROR_STATUSES
+                response_name(status): error_response(status) for status in ERROR_STATUSES
             },
             "securitySchemes": {
                 "bearerAuth": {
@@ -335,7 +258,7 @@ def build_document(server_url: str) -> Schema:
 
 def _operation_object(operation: Operation) -> Schema:
     status, description, schema = operation.success
-    success: Schema = {"description": description, "content": _json(schema)}
+    success: Schema = {"description": description, "content": json_content(schema)}
     if operation.location:
         success["headers"] = {
             "Location": {"description": "The job's URL.", "schema": {"type": "string"}}
@@ -352,7 +275,7 @@ def _operation_object(operation: Operation) -> Schema:
     responses: Schema = {str(status): success}
     for error_status in sorted({ERRORS[code][0] for code in operation.error_codes()}):
         responses[str(error_status)] = {
-            "$ref": f"#/components/responses/{_response_name(error_status)}"
+            "$ref": f"#/components/responses/{response_name(error_status)}"
         }
     result: Schema = {
         "operationId": operation.operation_id,
@@ -372,7 +295,7 @@ def _operation_object(operation: Operation) -> Schema:
         source = f" (Django's {setting})" if setting else ""
         result["requestBody"] = {
             "required": operation.body_required,
-            "content": _json(body_schema(operation.body)[0]),
+            "content": json_content(body_schema(operation.body)[0]),
             "description": f"At most {limit} bytes of JSON{source}.",
         }
     return result
@@ -403,97 +326,3 @@ def _query_parameters(params: tuple[Param, ...]) -> Iterable[Schema]:
         if param.repeated:
             parameter |= {"style": "form", "explode": True}
         yield parameter
-
-
-def _json(schema: Schema) -> Schema:
-    return {"application/json": {"schema": schema}}
-
-
-def _response_name(status: int) -> str:
-    return HTTPStatus(status).phrase.replace(" ", "").replace("-", "")
-
-
-def _error_response(status: int) -> Schema:
-    meanings = [
-        f"{code}: {text}" for code, (code_status, text) in ERRORS.items() if code_status == status
-    ]
-    response: Schema = {"description": " ".join(meanings), "content": _json(_ref("Error"))}
-    if status == 401:
-        response["headers"] = {
-            "WWW-Authenticate": {"description": "Bearer.", "schema": {"type": "string"}}
-        }
-    if status == 405:
-        response["headers"] = {
-            "Allow": {"description": "The methods this URL takes.", "schema": {"type": "string"}}
-        }
-    return response
-
-
-def _schemas() -> Schema:
-    # The models a request body refers to (a bulk request's items), as pydantic names them.
-    requests = {
-        name: schema
-        for operation in OPERATIONS
-        if operation.body is not None
-        for name, schema in body_schema(operation.body)[1].items()
-    }
-    return {
-        **payload_schemas(),
-        **requests,
-        "Job": JOB_SCHEMA,
-        "JobDetail": JOB_DETAIL_SCHEMA,
-        "Attempt": ATTEMPT_SCHEMA,
-        "JobObject": OBJECT_SCHEMA,
-        "JobList": {
-            "type": "object",
-            "properties": {
-                "jobs": {"type": "array", "items": _ref("Job")},
-                "next_cursor": {
-                    "type": ["string", "null"],
-                    "description": "The cursor of the next page; null on the last page.",
-                },
-                "next": {
-                    "type": ["string", "null"],
-                    "format": "uri",
-                    "description": "The next page's URL; null on the last page.",
-                },
-            },
-            "required": ["jobs", "next_cursor", "next"],
-        },
-        "BulkScheduleResult": {
-            "type": "object",
-            "properties": {"jobs": {"type": "array", "items": JOB_OR_ID}},
-            "required": ["jobs"],
-        },
-        "JobId": {
-            "type": "object",
-            "description": f"A job shown to a caller without {VIEW}: its id only.",
-            "properties": {"id": {"type": "integer"}},
-            "required": ["id"],
-            "additionalProperties": False,
-        },
-        "Error": {
-            "type": "object",
-            "properties": {
-                "error": {"type": "string", "enum": list(ERRORS)},
-                "detail": {"type": "string", "description": "What went wrong, for people."},
-                "fields": {
-                    "type": "object",
-                    "description": "Request fields at fault (a.b, jobs[2].run_at) and why.",
-                    "additionalProperties": {"type": "string"},
-                },
-                "id": {
-                    "type": "string",
-                    "description": "server_error: the id of the error in the service's log.",
-                },
-                "existing_id": {
-                    "type": ["integer", "null"],
-                    "description": (
-                        f"duplicate_key: the active job holding the key; only to callers "
-                        f"with {VIEW}."
-                    ),
-                },
-            },
-            "required": ["error", "detail", "fields"],
-        },
-    }

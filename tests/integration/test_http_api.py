@@ -38,8 +38,10 @@ from openapi_spec_validator import validate as validate_openapi
 
 import delayjobs
 from delayjobs.http import keys
-from delayjobs.http.handlers import MAX_BULK_JOBS, MAX_LIMIT
-from delayjobs.http.openapi import MAX_BODY_BYTES, OPERATIONS, build_document, openapi_path
+from delayjobs.http.bodies import MAX_BULK_JOBS
+from delayjobs.http.listing import MAX_LIMIT
+from delayjobs.http.openapi import OPERATIONS, build_document, openapi_path
+from delayjobs.http.operation import MAX_BODY_BYTES
 from delayjobs.http.views import Endpoint, NotFound
 from delayjobs.jobtypes import registry
 from delayjobs.models import ApiKey, AttemptOutcome, DelayedJob, JobAttempt, JobStatus

@@ -24,7 +24,7 @@ from django.template.response import TemplateResponse
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from delayjobs.admin_lookups import RefusesNulInLists
+from delayjobs.admin.lookups import RefusesNulInLists
 from delayjobs.http.keys import check_job_types, create_api_key
 from delayjobs.models import ApiKey
 
