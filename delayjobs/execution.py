@@ -13,7 +13,7 @@ from typing import Any
 from django.db import close_old_connections, connections
 
 from delayjobs import clock, metrics, signals
-from delayjobs.api import storable_json
+from delayjobs.spec.payload import storable_json
 from delayjobs.exceptions import InvalidJob, UnknownJobType
 from delayjobs.jobtypes import MAX_RETRY_DELAY, JobType, registry
 from delayjobs.logfields import job_fields

@@ -26,6 +26,7 @@ from delayjobs import api
 from delayjobs.admin.columns import status_badge, utc_iso
 from delayjobs.exceptions import DelayJobsError, InvalidJob
 from delayjobs.models import RETRYABLE_STATUSES, DelayedJob, JobStatus
+from delayjobs.spec.validation import resolve_run_at
 
 #: A datetime-local input has minute precision in most browsers, so "now" typed into it
 #: is up to a minute ago: that much of the past still counts as now.
@@ -50,7 +51,7 @@ class RescheduleForm(forms.Form):
             # Only without USE_TZ, which delayjobs requires.
             raise ValidationError(_("Give the time with its time zone (USE_TZ must be True)."))
         try:
-            value = api.resolve_run_at(value, None, now)
+            value = resolve_run_at(value, None, now)
         except InvalidJob as exc:
             raise ValidationError(str(exc)) from None
         if value < now - PAST_GRACE:

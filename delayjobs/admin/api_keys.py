@@ -129,7 +129,8 @@ class ApiKeyAdmin(RefusesNulInLists, admin.ModelAdmin):
     # A plain id field: autocomplete would need the project's user admin to be searchable.
     raw_id_fields = ("user",)
     # Revoking is unticking "active", here in the list or on the key's page. No actions:
-    # every action of delayjobs' admin needs a dedicated permission (tests/test_access.py).
+    # every action of delayjobs' admin needs a dedicated permission (see
+    # tests/integration/test_access.py).
     list_editable = ("is_active",)
     actions = None
     formfield_overrides = {models.JSONField: {"form_class": JobTypesField}}

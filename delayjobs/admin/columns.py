@@ -16,9 +16,9 @@ from django.utils.html import format_html
 from django.utils.text import capfirst
 from django.utils.translation import gettext
 
-from delayjobs import pauses
-from delayjobs.db import verbose_name
-from delayjobs.display import format_duration, format_precise_time, format_time
+from delayjobs.api import pauses
+from delayjobs.core.db import verbose_name
+from delayjobs.core.display import format_duration, format_precise_time, format_time
 from delayjobs.models import DelayedJob, JobStatus
 
 #: Badge colours (background) of each status; white text reads on all of them.

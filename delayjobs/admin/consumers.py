@@ -10,7 +10,7 @@ from django.utils.translation import gettext_lazy as _
 from delayjobs.admin.columns import moment_column
 from delayjobs.admin.jobs import ReadOnlyMixin
 from delayjobs.admin.lookups import RefusesNulInLists
-from delayjobs.display import format_duration
+from delayjobs.core.display import format_duration
 from delayjobs.models import Consumer
 
 

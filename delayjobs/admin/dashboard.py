@@ -18,7 +18,8 @@ from django.template.response import TemplateResponse
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
-from delayjobs import display, stats
+from delayjobs.api import stats
+from delayjobs.core import display
 from delayjobs.models import JobStatus
 
 TEMPLATE = "delayjobs/dashboard.html"

@@ -34,7 +34,7 @@ from delayjobs.admin.columns import (
 )
 from delayjobs.admin.dashboard import dashboard_view
 from delayjobs.admin.lookups import NulRefusingChangeList
-from delayjobs.display import format_duration
+from delayjobs.core.display import format_duration
 from delayjobs.models import DelayedJob, JobAttempt, JobStatus
 
 #: "#42" searches ids only; plain digits search ids, keys and payloads.

@@ -26,7 +26,7 @@ from delayjobs.checks.settings import (
     check_scalars,
 )
 from delayjobs.conf import DEFAULTS, raw_settings
-from delayjobs.jobtypes import registry, validate_job_type_class
+from delayjobs.spec.jobtypes import registry, validate_job_type_class
 
 __all__ = [
     "MAX_CONCURRENCY",

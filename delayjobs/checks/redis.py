@@ -10,7 +10,7 @@ from django.core import checks
 from redis.connection import parse_url
 
 from delayjobs.conf import DEFAULTS
-from delayjobs.redis_store import mask_url
+from delayjobs.index.client import mask_url
 
 
 def check_redis(config: dict[str, Any]) -> list[checks.CheckMessage]:

@@ -7,8 +7,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from delayjobs import api
-from delayjobs.db import max_length
+from delayjobs.core.db import max_length
 from delayjobs.http.field_types import (
     BOOLEAN,
     DATETIME,
@@ -22,8 +21,9 @@ from delayjobs.http.field_types import (
     seconds_between,
 )
 from delayjobs.http.fields import Body, Field, ListOf
-from delayjobs.jobtypes import QUEUE_PATTERN, registry
 from delayjobs.models import DelayedJob
+from delayjobs.spec.jobtypes import MAX_LATENESS, MIN_LATENESS, QUEUE_PATTERN, registry
+from delayjobs.spec.validation import KEY_MAX_LENGTH, MAX_ATTEMPTS_LIMIT
 
 #: Jobs one bulk request may schedule: one transaction holds them all.
 MAX_BULK_JOBS = 1000
@@ -90,7 +90,7 @@ SCHEDULE = Body(
             TEXT,
             "Business key: at most one scheduled or running job holds it.",
             nullable=True,
-            schema_extra={"minLength": 1, "maxLength": api.KEY_MAX_LENGTH},
+            schema_extra={"minLength": 1, "maxLength": KEY_MAX_LENGTH},
         ),
         Field(
             "replace",
@@ -108,13 +108,13 @@ SCHEDULE = Body(
         ),
         Field(
             "max_attempts",
-            integer_between(1, api.MAX_ATTEMPTS_LIMIT),
+            integer_between(1, MAX_ATTEMPTS_LIMIT),
             "Executions before the job fails; null or absent: the job type's.",
             nullable=True,
         ),
         Field(
             "max_lateness",
-            seconds_between(api.MIN_LATENESS, api.MAX_LATENESS),
+            seconds_between(MIN_LATENESS, MAX_LATENESS),
             "Seconds after run_at past which the job expires instead of starting, from "
             "0.001 to 366 days; null or absent: the job type's limit applies.",
             nullable=True,

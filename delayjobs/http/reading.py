@@ -11,11 +11,11 @@ from typing import Any
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, RawPostDataException
 
-from delayjobs.api import nesting_depth
 from delayjobs.conf import settings as conf
 from delayjobs.http.errors import ApiError
 from delayjobs.http.invalid import not_an_object
 from delayjobs.http.operation import Operation
+from delayjobs.spec.payload import nesting_depth
 
 JSON_CONTENT_TYPE = "application/json"
 

@@ -16,7 +16,6 @@ from django.http.multipartparser import MultiPartParserError
 from django.urls import reverse
 from django.utils.cache import add_never_cache_headers
 
-from delayjobs.api import SPEC_FIELDS
 from delayjobs.exceptions import (
     DelayJobsError,
     DuplicateJob,
@@ -36,6 +35,7 @@ from delayjobs.http.openapi import OPERATIONS
 from delayjobs.http.operation import Operation, describe_permissions
 from delayjobs.http.reading import read_body
 from delayjobs.models import jobs_database
+from delayjobs.spec.validation import SPEC_FIELDS
 
 #: "specs[3]: ..." in schedule_many()'s messages is "jobs[3]" in the bulk request.
 SPEC_INDEX = re.compile(r"^specs\[(\d+)\]: ")

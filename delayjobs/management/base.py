@@ -17,13 +17,13 @@ from typing import Any, TextIO, TypeVar
 
 from django.core.management.base import BaseCommand, CommandError, OutputWrapper
 
-from delayjobs import pauses
+from delayjobs.api import pauses
 from delayjobs.checks import MAX_CONCURRENCY
 from delayjobs.conf import EXECUTORS
-from delayjobs.db import max_length
+from delayjobs.core.db import max_length
 from delayjobs.exceptions import InvalidJob
-from delayjobs.jobtypes import QUEUE_PATTERN
 from delayjobs.models import ACTIVE_STATUSES, DelayedJob, JobStatus
+from delayjobs.spec.jobtypes import QUEUE_PATTERN
 
 LEVELS = {0: logging.ERROR, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
 WORKER_ID_MAX_LENGTH = max_length(DelayedJob, "worker_id")

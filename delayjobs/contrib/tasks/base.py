@@ -24,9 +24,9 @@ from typing import Any, ClassVar
 
 from django.core.exceptions import ImproperlyConfigured
 
-from delayjobs.api import MAX_ATTEMPTS_LIMIT
 from delayjobs.contrib.tasks.compat import BaseTaskBackend
 from delayjobs.spec.jobtypes import QUEUE_PATTERN
+from delayjobs.spec.validation import MAX_ATTEMPTS_LIMIT
 
 OPTION_NAMES = frozenset({"MAX_ATTEMPTS", "MODULES"})
 

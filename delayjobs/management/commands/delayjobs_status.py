@@ -7,7 +7,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from delayjobs import display, stats
+from delayjobs.api import stats
+from delayjobs.core import display
 from delayjobs.management.base import flag
 from delayjobs.models import JobStatus
 

@@ -9,7 +9,7 @@ from django.db import connections, transaction
 from django.db.models import Count, QuerySet
 from django.utils import timezone
 
-from delayjobs.display import format_time
+from delayjobs.core.display import format_time
 from delayjobs.management import base
 from delayjobs.management.base import checked, flag
 from delayjobs.models import DelayedJob, JobAttempt, jobs_database
