@@ -12,12 +12,12 @@ if TYPE_CHECKING:
     import threading
     from datetime import datetime, timedelta
 
-    from delayjobs.execution import Running
+    from delayjobs.engine.execution import Running
+    from delayjobs.engine.recorder import Recorder
+    from delayjobs.engine.slots import Slots
     from delayjobs.models import DelayedJob
     from delayjobs.pauses import Paused
-    from delayjobs.recorder import Recorder
     from delayjobs.redis_store import RedisStore
-    from delayjobs.slots import Slots
 
 
 class ConsumerState:

@@ -18,9 +18,7 @@ from collections import Counter
 from types import FrameType
 
 from delayjobs import clock
-from delayjobs.consumer_state import ConsumerState
-from delayjobs.exceptions import JobTimeout
-from delayjobs.execution import (
+from delayjobs.engine.execution import (
     Running,
     describe,
     retry_at_after,
@@ -28,6 +26,8 @@ from delayjobs.execution import (
     storable,
     time_to_run_of,
 )
+from delayjobs.engine.state import ConsumerState
+from delayjobs.exceptions import JobTimeout
 from delayjobs.logfields import job_fields
 from delayjobs.transitions import Outcome
 

@@ -16,13 +16,14 @@ import time
 
 from redis import RedisError
 
-from delayjobs import clock, preloader, transitions
+from delayjobs import clock, transitions
 from delayjobs.conf import settings
-from delayjobs.consumer_state import ConsumerState
-from delayjobs.execution import LOCKED_RETRY
+from delayjobs.engine import preloader
+from delayjobs.engine.execution import LOCKED_RETRY
+from delayjobs.engine.slots import Candidate
+from delayjobs.engine.state import ConsumerState
 from delayjobs.jobtypes import JobType
 from delayjobs.models import DelayedJob
-from delayjobs.slots import Candidate
 
 logger = logging.getLogger("delayjobs.consumer")
 
