@@ -5,10 +5,11 @@
     }
 
 ``delayjobs.tasks.execute`` runs one claimed job for ``run_delay_consumer --executor
-celery`` (see ``delayjobs.celery_executor``); route it like any task
+celery`` (see ``delayjobs.contrib.celery.executor``); route it like any task
 (``CELERY_TASK_ROUTES = {"delayjobs.tasks.execute": {"queue": "jobs"}}``).
 
-Importing this module needs Celery (the ``celery`` extra); nothing else in delayjobs does.
+Importing this module needs Celery (the ``celery`` extra); only delayjobs.contrib.celery
+imports it.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from celery import Task, shared_task
-from delayjobs.contrib.celery import executor as celery_executor
+from delayjobs.contrib.celery import worker
 from delayjobs.engine import preloader
 
 
@@ -42,5 +43,5 @@ def execute(
     No Celery retries (the job type's policy retries, through the row) and no late ack:
     a message lost with its worker leaves the job to its lease, like a dead consumer.
     """
-    worker_id = celery_executor.celery_worker_id(task.request.hostname)
-    return celery_executor.run_dispatched(job_id, attempt, claimed_by, claimed_at, worker_id)
+    worker_id = worker.celery_worker_id(task.request.hostname)
+    return worker.run_dispatched(job_id, attempt, claimed_by, claimed_at, worker_id)
