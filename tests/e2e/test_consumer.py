@@ -21,6 +21,7 @@ from django.db import transaction
 from django.utils import timezone
 
 import delayjobs
+from delayjobs.engine.execution import Running
 from delayjobs.models import AttemptOutcome, DelayedJob, JobAttempt, JobStatus
 from delayjobs.redis_store import due_key
 from tests.conftest import ConsumerFactory
@@ -472,36 +473,40 @@ def test_a_consumer_claims_ahead_only_for_idle_threads_and_short_jobs() -> None:
     from delayjobs.consumer import PREFETCH, PREFETCH_BUDGET, Consumer
 
     consumer = Consumer(queues=[QUEUE], concurrency=2)
+    inflight = consumer.inflight
     try:
         # Nothing known about how long jobs take: one per idle thread.
-        assert consumer._free() == 2
-        with consumer._cond:
-            consumer._note_run_time(0.0001)  # no-op jobs: PREFETCH per idle thread
-        assert consumer._free() == 2 * PREFETCH
-        with consumer._cond:
-            for _ in range(5):
-                consumer._slots.take(QUEUE, SCRIPTED)
-            consumer._busy = 1  # one thread runs a job; four wait for a thread
-        assert consumer._free() == PREFETCH - 4
-        with consumer._cond:
-            consumer._busy = 2  # every thread busy: nothing more is claimed
-        assert consumer._free() == 0
+        assert inflight.claimable() == 2
+        inflight.finish(unstarted(), 0.0001)  # no-op jobs: PREFETCH per idle thread
+        assert inflight.claimable() == 2 * PREFETCH
+        claimed = inflight.add([unstarted(pk).job for pk in range(1, 6)])
+        inflight.begin(claimed[0])  # one thread runs a job; four wait for a thread
+        assert inflight.claimable() == PREFETCH - 4
+        inflight.begin(claimed[1])  # every thread busy: nothing more is claimed
+        assert inflight.claimable() == 0
 
         # Slow jobs: a second each. The average follows and no job is claimed to wait
         # behind another in a thread (it could run on another consumer meanwhile).
         slow = Consumer(queues=[QUEUE], concurrency=2)
         try:
-            with slow._cond:
-                slow._note_run_time(0.0001)
-                for _ in range(200):
-                    slow._note_run_time(1.0)
-            assert slow._prefetch() == 1
-            assert slow._free() == 2
-            with slow._cond:
-                slow._note_run_time(PREFETCH_BUDGET / 3)
-                slow._average_run = PREFETCH_BUDGET / 3
-            assert slow._prefetch() == 3
+            slow.inflight.finish(unstarted(), 0.0001)
+            for _ in range(200):
+                slow.inflight.finish(unstarted(), 1.0)
+            assert slow.inflight.prefetch() == 1
+            assert slow.inflight.claimable() == 2
         finally:
-            slow._workers.stop()
+            slow.executor_impl.stop()
+        # An average of a third of the budget (its first execution): three per thread.
+        third = Consumer(queues=[QUEUE], concurrency=2)
+        try:
+            third.inflight.finish(unstarted(), PREFETCH_BUDGET / 3)
+            assert third.inflight.prefetch() == 3
+        finally:
+            third.executor_impl.stop()
     finally:
-        consumer._workers.stop()
+        consumer.executor_impl.stop()
+
+
+def unstarted(pk: int = 0) -> Running:
+    """An execution of an unsaved job, as a claim registers it (nothing runs)."""
+    return Running(DelayedJob(pk=pk, queue=QUEUE, job_type=SCRIPTED, run_at=timezone.now()))

@@ -22,6 +22,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 import delayjobs
 from delayjobs.consumer import Consumer
+from delayjobs.engine.execution import Running
 from delayjobs.models import DelayedJob
 from delayjobs.redis_store import RedisStore
 from tests.conftest import ConsumerFactory, ConsumerProcess
@@ -125,23 +126,22 @@ def test_redis_lost_in_a_backlog_with_busy_threads_switches_to_the_database(
     consumer = Consumer(concurrency=4, preload=False)
     # What a busy consumer's last good pop leaves: due jobs left behind (a backlog), jobs
     # of about 10 ms (one per idle thread), three threads still in long jobs.
-    consumer._backlog = True
-    consumer._average_run = 0.01
-    for _ in range(3):
-        consumer._busy += 1
-        consumer._slots.take("default", "tests.scripted")
+    consumer.fetch_redis.backlog = True
+    consumer.inflight.finish(unstarted(), 0.01)  # its first execution: the average
+    for running in consumer.inflight.add([unstarted(pk).job for pk in range(1, 4)]):
+        consumer.inflight.begin(running)
     outage.stop()
 
     def run_loop() -> None:
         try:
-            consumer._loop()
+            consumer.loop()
         finally:
             connections.close_all()  # this thread's: the test database is dropped after
 
     loop = threading.Thread(target=run_loop, daemon=True)
     loop.start()
     try:
-        wait_for(lambda: consumer._database_mode, message="still retrying Redis")
+        wait_for(lambda: consumer.fallback.database_mode, message="still retrying Redis")
     finally:
         consumer.request_stop()
         loop.join(timeout=30)
@@ -166,7 +166,14 @@ def test_a_time_out_falls_back_to_the_database_at_once_a_refusal_after_one_retry
         queues=["default"], store=RedisStore(Redis.from_url("redis://127.0.0.1:1/0"))
     )
     for _ in range(failures_before_fallback - 1):
-        assert consumer._failed(error) == 0.0
-        assert not consumer._database_mode
-    assert consumer._failed(error) == 0.0
-    assert consumer._database_mode
+        assert consumer.fallback.redis_failed(error) == 0.0
+        assert not consumer.fallback.database_mode
+    assert consumer.fallback.redis_failed(error) == 0.0
+    assert consumer.fallback.database_mode
+
+
+def unstarted(pk: int = 0) -> Running:
+    """An execution of an unsaved job, as a claim registers it (nothing runs). Due in an
+    hour, as if claimed early: a thread taking it starts no time-out that could matter."""
+    run_at = timezone.now() + timedelta(hours=1)
+    return Running(DelayedJob(pk=pk, queue="default", job_type="tests.scripted", run_at=run_at))

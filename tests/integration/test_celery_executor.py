@@ -29,9 +29,9 @@ from django.utils import timezone
 
 import delayjobs
 from delayjobs import transitions
-from delayjobs.celery_executor import run_dispatched
 from delayjobs.checks import check_settings
 from delayjobs.consumer import Consumer
+from delayjobs.contrib.celery.worker import run_dispatched
 from delayjobs.jobtypes import registry
 from delayjobs.models import AttemptOutcome, DelayedJob, JobAttempt, JobStatus
 from delayjobs.redis_store import due_key

@@ -19,6 +19,7 @@ from django.utils import timezone
 import delayjobs
 from delayjobs import transitions
 from delayjobs.consumer import Consumer
+from delayjobs.engine.claims import PauseView
 from delayjobs.jobtypes import registry
 from delayjobs.models import DelayedJob, JobStatus
 from delayjobs.redis_store import LANE_SEPARATOR, RedisStore, lanes
@@ -95,16 +96,16 @@ def test_an_unexpected_error_in_the_main_loop_is_logged_and_the_loop_carries_on(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     job = delayjobs.schedule(Succeeds.name)
-    original = Consumer._refresh_pauses
+    original = PauseView.refresh
     calls: list[int] = []
 
-    def fails_once(self: Consumer, *args: Any, **kwargs: Any) -> Any:
+    def fails_once(self: PauseView, *args: Any, **kwargs: Any) -> Any:
         calls.append(1)
         if len(calls) == 1:
             raise ZeroDivisionError("a bug nobody foresaw")
         return original(self, *args, **kwargs)
 
-    monkeypatch.setattr(Consumer, "_refresh_pauses", fails_once)
+    monkeypatch.setattr(PauseView, "refresh", fails_once)
     with caplog.at_level(logging.ERROR, logger="delayjobs.consumer"):
         run_burst()
 
@@ -170,7 +171,7 @@ def test_a_redis_error_in_a_multi_lane_pop_puts_back_what_was_popped(
     consumer = Consumer(queues=["default"], burst=True, preload=False, store=store)
 
     with pytest.raises(redis.ConnectionError):
-        consumer._claim_from_redis()
+        consumer.fetch_redis.turn()
 
     assert store.pops == 2  # the first lane was popped, the second failed
     assert {name: store.members(name) for name in lanes("default")} == before
@@ -197,15 +198,15 @@ def test_a_lease_holds_until_the_outcome_waiting_in_the_recorder_is_written(
     first_lease = claimed.lease_expires_at
     assert first_lease is not None
     outcome = Outcome(job=claimed, worker_id="w-slow-db", started_at=now, finished_at=now)
-    consumer._recorder.put(outcome)  # its thread is not started: the write waits
+    consumer.recorder.put(outcome)  # its thread is not started: the write waits
 
-    consumer._renew_leases()  # what the heartbeat does, every third of a time_to_run
+    consumer.heartbeat.renew_leases()  # what the heartbeat does, every third of a time_to_run
 
     assert transitions.reap_expired_leases(first_lease + timedelta(seconds=1)) == []
     assert DelayedJob.objects.get(pk=job.pk).status == JobStatus.RUNNING
-    consumer._recorder.start()
-    consumer._recorder.stop()
+    consumer.recorder.start()
+    consumer.recorder.stop()
     job.refresh_from_db()
     assert job.status == JobStatus.SUCCEEDED
     assert [a.outcome for a in job.history.all()] == ["succeeded"]
-    assert consumer._recorder.waiting_jobs() == []
+    assert consumer.recorder.waiting_jobs() == []

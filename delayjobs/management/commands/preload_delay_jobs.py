@@ -8,7 +8,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from delayjobs import preloader
+from delayjobs.engine import preloader
 from delayjobs.management.base import configure_logging, flag
 
 

@@ -12,7 +12,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from delayjobs import metrics
 from delayjobs.conf import settings
-from delayjobs.consumer import Consumer
+from delayjobs.engine.consumer import Consumer
 from delayjobs.jobtypes import registry
 from delayjobs.management import base
 from delayjobs.management.base import checked, configure_logging, flag

@@ -1,4 +1,4 @@
-"""Time-outs of a consumer's executions: a mixin of ``Consumer``.
+"""Time-outs of a consumer's executions.
 
 A thread cannot be stopped, so an execution past its job type's ``time_to_run`` is
 recorded as timed out (with the stack where it is stuck) and retried or failed like any
@@ -18,9 +18,7 @@ from collections import Counter
 from types import FrameType
 
 from delayjobs import clock
-from delayjobs.consumer_state import ConsumerState
-from delayjobs.exceptions import JobTimeout
-from delayjobs.execution import (
+from delayjobs.engine.execution import (
     Running,
     describe,
     retry_at_after,
@@ -28,6 +26,9 @@ from delayjobs.execution import (
     storable,
     time_to_run_of,
 )
+from delayjobs.engine.inflight import InFlight
+from delayjobs.engine.recorder import Recorder
+from delayjobs.exceptions import JobTimeout
 from delayjobs.logfields import job_fields
 from delayjobs.transitions import Outcome
 
@@ -42,63 +43,48 @@ EXIT_STUCK = 3
 DRAIN_WAIT = 1.0
 
 
-class TimeOuts(ConsumerState):
-    """Mixed into ``Consumer``, whose state (running jobs, slots, recorder) it uses."""
+class TimeOuts:
+    """Finds executions past their time_to_run and records them as timed out."""
 
-    def _time_out_overdue(self) -> float | None:
-        """Record executions past their time_to_run as timed out; seconds to the next one.
+    def __init__(
+        self, *, inflight: InFlight, recorder: Recorder, worker_id: str, concurrency: int
+    ) -> None:
+        self.inflight = inflight
+        self.recorder = recorder
+        self.worker_id = worker_id
+        self.concurrency = concurrency
+
+    def check(self) -> tuple[float | None, str | None]:
+        """Record executions past their time_to_run as timed out: seconds to the next
+        deadline, and what threads stuck in timed-out jobs fill for good, if anything.
 
         A thread cannot be stopped, so a timed-out job keeps its thread and its slots
         until it returns, and nothing it returns counts. The attempt is recorded at once,
         with the stack where it is stuck, and retried or failed like any failure.
         """
         now = time.monotonic()
-        expired: list[Running] = []
-        next_deadline: float | None = None
-        with self._cond:
-            for running in self._in_flight.values():
-                if running.finished or running.deadline is None:  # done, or not started
-                    continue
-                if running.deadline <= now:
-                    expired.append(running)
-                elif next_deadline is None or running.deadline < next_deadline:
-                    next_deadline = running.deadline
-            for running in expired:
-                running.timed_out = True
-                del self._in_flight[running.job.pk]
-                self._stuck.add(running)
+        expired, next_deadline = self.inflight.expire_overdue(now)
+        filled = None
         if expired:
             frames = sys._current_frames()
             for running in expired:
                 self._record_time_out(running, frames.get(running.thread_id or -1))
             filled = self._filled_by_stuck_threads()
-            if filled and not self._stopping:
-                logger.error(
-                    "Consumer %s: threads stuck in timed-out jobs fill %s; stopping so that a "
-                    "fresh process can take over (exit code %d).",
-                    self.worker_id,
-                    filled,
-                    EXIT_STUCK,
-                )
-                self.exit_code = EXIT_STUCK
-                self._stopping = True
-                self._stop_event.set()
-        return None if next_deadline is None else max(next_deadline - now, 0.0)
+        return (None if next_deadline is None else max(next_deadline - now, 0.0)), filled
 
     def _filled_by_stuck_threads(self) -> str | None:
         """What stuck threads have filled for good, if anything: every thread, or every
         slot of a limited queue or job type (whose jobs this process could never run again).
         """
-        with self._cond:
-            stuck = [running.job for running in self._stuck]
+        stuck = self.inflight.stuck_jobs()
         if len(stuck) >= self.concurrency:
             return f"all {self.concurrency} worker thread(s)"
         for queue, count in Counter(job.queue for job in stuck).items():
-            limit = self._slots.queue_limits.get(queue)
+            limit = self.inflight.slots.queue_limits.get(queue)
             if limit is not None and count >= limit:
                 return f"all {limit} slot(s) of the queue {queue!r}"
         for job_type, count in Counter(job.job_type for job in stuck).items():
-            limit = self._slots.type_limits.get(job_type)
+            limit = self.inflight.slots.type_limits.get(job_type)
             if limit is not None and count >= limit:
                 return f"all {limit} slot(s) of the job type {job_type!r}"
         return None
@@ -125,7 +111,7 @@ class TimeOuts(ConsumerState):
             retry_at=retry_at,
             timed_out=True,
         )
-        self._recorder.put(outcome)
+        self.recorder.put(outcome)
         # Receivers are user code: not on this thread, which claims for every queue.
         threading.Thread(target=signal_outcome_apart, args=(outcome,), daemon=True).start()
         logger.warning(
@@ -140,7 +126,7 @@ class TimeOuts(ConsumerState):
             extra=job_fields(job, "timed_out", started=outcome.started_at),
         )
 
-    def _drain(self) -> None:
+    def drain(self) -> None:
         """Wait for running jobs to finish, timing out those that run past time_to_run.
 
         Jobs claimed but not started wait for a thread; if stuck threads hold every
@@ -148,16 +134,17 @@ class TimeOuts(ConsumerState):
         process stops renewing them, as if it had died (another consumer runs them).
         """
         while True:
-            wait = self._time_out_overdue()
-            with self._cond:
-                if not self._in_flight:
-                    return
-                if len(self._stuck) >= self.concurrency:
-                    logger.warning(
-                        "Consumer %s: %d claimed job(s) cannot start, every thread is "
-                        "stuck; they run elsewhere once their leases expire.",
-                        self.worker_id,
-                        len(self._in_flight),
-                    )
-                    return
-                self._cond.wait(DRAIN_WAIT if wait is None else max(wait, 0.001))
+            wait, _filled = self.check()
+            left, all_stuck = self.inflight.drain_step(
+                DRAIN_WAIT if wait is None else max(wait, 0.001)
+            )
+            if not left:
+                return
+            if all_stuck:
+                logger.warning(
+                    "Consumer %s: %d claimed job(s) cannot start, every thread is "
+                    "stuck; they run elsewhere once their leases expire.",
+                    self.worker_id,
+                    left,
+                )
+                return

@@ -1,4 +1,4 @@
-"""Redis-down mode of a consumer: a mixin of ``Consumer``.
+"""Redis-down mode of a consumer: when to fetch from the database instead of Redis.
 
 When Redis cannot be reached twice in a row, or does not answer within its socket timeout
 once (frozen, or cut off by a partition that drops packets), the consumer claims due jobs
@@ -12,17 +12,19 @@ Each change is logged once.
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from collections.abc import Callable
+from typing import Protocol
 
 from redis import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from delayjobs import clock, preloader, transitions
+from delayjobs import clock
 from delayjobs.conf import settings
-from delayjobs.consumer_state import ConsumerState
-from delayjobs.execution import LOCKED_RETRY
-from delayjobs.jobtypes import JobType
-from delayjobs.models import DelayedJob
-from delayjobs.slots import Candidate
+from delayjobs.engine import preloader
+from delayjobs.index.window import load_window
+from delayjobs.redis_store import RedisStore
 
 logger = logging.getLogger("delayjobs.consumer")
 
@@ -31,76 +33,72 @@ logger = logging.getLogger("delayjobs.consumer")
 REDIS_RETURN_BACKOFF = 5.0
 
 
-class DatabaseMode(ConsumerState):
-    """Mixed into ``Consumer``, whose state (slots, pauses, store, queues) it uses."""
+class Fetcher(Protocol):
+    def turn(self) -> float | None:
+        """Claim what is due and start it; seconds to sleep (0: look again now; None: a
+        burst run is done)."""
 
-    def _database_turn(self) -> float | None:
-        """Claim due jobs straight from the database; return how long to sleep."""
-        if self._redis_back.is_set() and self._leave_database_mode():
+
+class RedisFallback:
+    """Which fetcher the main loop uses: Redis, or the database while Redis is down. The
+    listener thread probes Redis meanwhile (``probe``) and the loop goes back to it."""
+
+    def __init__(
+        self,
+        *,
+        store: RedisStore,
+        lanes: list[str],
+        preload: bool,
+        worker_id: str,
+        wake: Callable[[], None],
+    ) -> None:
+        self.store = store
+        self.lanes = lanes
+        self.preload = preload
+        self.worker_id = worker_id
+        self._wake = wake
+        self._redis_failures = 0
+        # Redis-down mode: claiming from the database until the listener sets _redis_back.
+        self.database_mode = False
+        self._redis_back = threading.Event()
+        self._next_probe = 0.0  # monotonic time before which the listener does not probe
+        self._return_failed = False  # logged once per streak
+
+    def turn(self, redis: Fetcher, database: Fetcher) -> float | None:
+        """One fetching turn, from Redis or, in Redis-down mode, from the database."""
+        if not self.database_mode:
+            return redis.turn()
+        if self._redis_back.is_set() and self._leave():
             return 0.0
-        interval = settings.DATABASE_POLL_INTERVAL.total_seconds()
-        self._reap_expired_leases(interval)
-        open_types = self._open_types()
-        with self._cond:
-            free = self._claimable()
-            open_queues = [
-                queue
-                for queue in self.queues
-                if self._slots.queue_room(queue) > 0 and queue not in self._paused.queues
-            ]
-        if free > 0 and open_queues and open_types:
-            jobs = transitions.claim_due(
-                queues=open_queues,
-                job_types=open_types,
-                limit=free,
-                choose=self._choose,
-                worker_id=self.worker_id,
-                now=self._claim_time(),
-                leases=self._leases,
-                default_lease=JobType.time_to_run,
-            )
-            self._start(jobs)
-            if jobs:
-                return 0.0
-        if free <= 0 or not open_queues or not open_types:
-            return interval  # a finishing job wakes us
-        # Only what could be claimed: a backlog of a type or queue without a free slot must
-        # not turn this into a poll every LOCKED_RETRY (a finishing job wakes us).
-        claimable = DelayedJob.objects.filter(queue__in=open_queues, job_type__in=open_types)
-        due = claimable.next_run_at()
-        if due is None or due > clock.now():
-            if self.burst and self._idle():
-                return None
-            if due is None:
-                return interval
-            return min((due - clock.now()).total_seconds(), interval)
-        # Due but not claimed: locked by a caller's transaction, or taken by a consumer
-        # polling at the same moment. Look again shortly.
-        return LOCKED_RETRY.total_seconds()
+        return database.turn()
 
-    def _choose(self, candidates: list[Candidate]) -> list[Candidate]:
-        with self._cond:
-            fit, _over = self._slots.choose(candidates)
-        return fit
+    def redis_answered(self) -> None:
+        """Redis answered a pop: a streak of failures is over."""
+        self._redis_failures = 0
 
-    def _reap_expired_leases(self, interval: float) -> None:
-        """The pre-loader reaps under a Redis lock, so without Redis the consumers do it."""
-        now = time.monotonic()
-        if now < self._next_reap:
-            return
-        self._next_reap = now + interval
-        reaped = transitions.reap_expired_leases(clock.now())
-        if reaped:
-            logger.warning(
-                "Consumer %s: returned %d job(s) whose lease expired to the schedule.",
-                self.worker_id,
-                len(reaped),
-            )
+    def redis_failed(self, exc: RedisError) -> float:
+        """Note a failed Redis call of the main loop; seconds to wait before trying again.
 
-    def _enter_database_mode(self, exc: BaseException) -> None:
-        self._database_mode = True
+        The first failure is retried at once: usually an idle connection that the server,
+        a pooler or the network dropped, which a reconnect mends. A second failure, or a
+        first that is a time-out, switches to Redis-down mode.
+        """
         self._redis_back.clear()
-        self._backlog = False
+        if self.database_mode:
+            return 0.0  # it failed again on the way back: stay, say nothing new
+        self._redis_failures += 1
+        # A time-out is conclusive at once: it already waited the whole socket timeout
+        # (Redis frozen, or the network dropping packets), and a retry would only wait
+        # it out again before the fallback, doubling every job's lateness.
+        if self._redis_failures == 1 and not isinstance(exc, RedisTimeoutError):
+            logger.info("Consumer %s: Redis error (%s); retrying at once.", self.worker_id, exc)
+        else:
+            self._enter(exc)
+        return 0.0
+
+    def _enter(self, exc: BaseException) -> None:
+        self.database_mode = True
+        self._redis_back.clear()
         logger.warning(
             "Consumer %s: Redis unreachable (%s); claiming due jobs from the database every "
             "%g s until it is back.",
@@ -109,11 +107,11 @@ class DatabaseMode(ConsumerState):
             settings.DATABASE_POLL_INTERVAL.total_seconds(),
         )
 
-    def _leave_database_mode(self) -> bool:
+    def _leave(self) -> bool:
         """Go back to Redis once it is refilled; False (and stay) if that fails."""
         self._redis_back.clear()
         try:
-            refilled = self._refill_redis()
+            refilled = self._refill()
         except RedisError as exc:
             # It answers PING but not writes (read-only replica, out of memory ...).
             self._next_probe = time.monotonic() + REDIS_RETURN_BACKOFF
@@ -127,7 +125,7 @@ class DatabaseMode(ConsumerState):
                 )
                 self._return_failed = True
             return False
-        self._database_mode = False
+        self.database_mode = False
         self._return_failed = False
         self._redis_failures = 0
         logger.warning(
@@ -135,7 +133,7 @@ class DatabaseMode(ConsumerState):
         )
         return True
 
-    def _refill_redis(self) -> str:
+    def _refill(self) -> str:
         """Make Redis right again before relying on it: drop its entries already due, then
         load the window from the rows (due jobs included).
 
@@ -146,7 +144,7 @@ class DatabaseMode(ConsumerState):
         second late. The rows say which due jobs are still to run.
         """
         now = clock.now()
-        dropped = self.store.drop_due(self._lanes, now.timestamp())
+        dropped = self.store.drop_due(self.lanes, now.timestamp())
         done = f"dropped {dropped} due entr{'y' if dropped == 1 else 'ies'}"
         if self.preload:
             result = preloader.preload(store=self.store, now=now)
@@ -155,16 +153,16 @@ class DatabaseMode(ConsumerState):
         # --no-preload leaves reaping and plan() to the pre-loader run elsewhere. A pass
         # skipped for the lock (a pass elsewhere, or a lock a failed master replicated)
         # must not leave the due jobs just dropped out until the next one: load them here.
-        loaded = preloader.load_window(self.store, now + settings.PRELOAD_WINDOW)
+        loaded = load_window(self.store, now + settings.PRELOAD_WINDOW)
         return f"{done}, loaded {loaded} job(s) due within the window"
 
-    def _probe_redis(self) -> None:
+    def probe(self) -> None:
         """In Redis-down mode, tell the main loop as soon as Redis answers again."""
         if (
-            self._database_mode
+            self.database_mode
             and not self._redis_back.is_set()
             and time.monotonic() >= self._next_probe
         ):
             self.store.ping()
             self._redis_back.set()
-            self.wake()
+            self._wake()

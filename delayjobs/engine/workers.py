@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("delayjobs.workers")  # the old path: users' LOGGING names it
 
 _STOP = object()
 

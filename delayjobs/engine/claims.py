@@ -1,0 +1,98 @@
+"""What both fetchers share: who claims, for how long, which job types are open, and
+where claimed jobs go (in flight, then to the executor)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from delayjobs import clock, pauses
+from delayjobs.conf import settings
+from delayjobs.engine.executors import Executor
+from delayjobs.engine.inflight import InFlight
+from delayjobs.engine.recorder import Recorder
+from delayjobs.models import DelayedJob
+
+logger = logging.getLogger("delayjobs.consumer")
+
+
+class PauseView:
+    """The paused queues and job types as this consumer knows them: re-read when the
+    listener hears of a change, and at least every IDLE_TIMEOUT in case it missed one."""
+
+    def __init__(self, worker_id: str) -> None:
+        self.worker_id = worker_id
+        self.current = pauses.Paused()
+        self._stale = True
+        self._next_refresh = 0.0
+
+    def mark_stale(self) -> None:
+        self._stale = True
+
+    def reload(self) -> None:
+        """Read them now (a due job was found not claimed: perhaps paused or resumed)."""
+        self.current = pauses.paused()
+
+    def refresh(self) -> None:
+        """Re-read the paused queues and job types when told to, or every IDLE_TIMEOUT."""
+        now = time.monotonic()
+        if not self._stale and now < self._next_refresh:
+            return
+        self._stale = False
+        self._next_refresh = now + settings.IDLE_TIMEOUT.total_seconds()
+        paused = pauses.paused()
+        if paused != self.current:
+            logger.info(
+                "Consumer %s: paused queues %s, job types %s.",
+                self.worker_id,
+                ", ".join(sorted(paused.queues)) or "none",
+                ", ".join(sorted(paused.job_types)) or "none",
+            )
+        self.current = paused
+
+
+@dataclass
+class Claims:
+    """The claim's parameters and the parts a claim hands its jobs to."""
+
+    worker_id: str
+    #: Jobs are claimed up to this long before they are due, then started by their thread
+    #: at their exact run_at: the claim's round trips (Redis, the database and its commit)
+    #: are then out of the way when the job is due. A job claimed early is running as far
+    #: as the database is concerned: cancel() and reschedule() no longer move it, as with
+    #: any job claimed a moment after it was due; its lease covers a consumer dying
+    #: meanwhile.
+    ahead: timedelta
+    job_types: list[str]
+    leases: dict[str, timedelta]
+    burst: bool
+    inflight: InFlight
+    executor: Executor
+    recorder: Recorder
+    pauses: PauseView
+    _last_claim: datetime | None = field(default=None, init=False)
+
+    def claim_time(self) -> datetime:
+        """Now, but strictly after the previous claim: the claim's token (see ``claim``)."""
+        now = clock.now()
+        if self._last_claim is not None and now <= self._last_claim:
+            now = self._last_claim + timedelta(microseconds=1)
+        self._last_claim = now
+        return now
+
+    def open_types(self) -> list[str]:
+        """Known job types that may start a job now: not paused, with a free slot."""
+        paused = self.pauses.current.job_types
+        return self.inflight.open_types([name for name in self.job_types if name not in paused])
+
+    def start(self, jobs: list[DelayedJob]) -> None:
+        """Run claimed jobs: in flight first (their slots), then to the executor."""
+        if not jobs:
+            return
+        self.executor.start(self.inflight.add(jobs))
+
+    def idle(self) -> bool:
+        """Nothing in flight, handed over or waiting to be recorded (a burst may end)."""
+        return self.inflight.idle(lambda: self.recorder.pending)

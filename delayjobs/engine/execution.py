@@ -1,0 +1,310 @@
+"""One execution of a job as a consumer tracks it, and how its end is reported."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+import traceback
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.db import close_old_connections, connections
+
+from delayjobs import clock, metrics, signals
+from delayjobs.spec.payload import storable_json
+from delayjobs.exceptions import InvalidJob, UnknownJobType
+from delayjobs.execution import UnstorableResult
+from delayjobs.jobtypes import MAX_RETRY_DELAY, JobType, registry
+from delayjobs.logfields import job_fields
+from delayjobs.models import DelayedJob
+from delayjobs.transitions import Outcome
+
+# The consumer's logger: these lines are what an operator follows a consumer by, whether
+# the job ran in its thread pool or in a Celery worker.
+logger = logging.getLogger("delayjobs.consumer")
+
+#: Whose retry policy applies to a job of a type this process does not know.
+_FALLBACK_JOB_TYPE = JobType()
+
+#: A due job whose row was locked by a caller's open transaction is tried again after this;
+#: so is a due job whose job type had no free slot.
+LOCKED_RETRY = timedelta(milliseconds=50)
+
+
+#: A timed wait wakes up to about a millisecond late (more on a busy machine); the last
+#: stretch before a job's run_at is spun instead, so that it starts within microseconds.
+SPIN = 0.0005
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+@dataclass(eq=False)
+class Running:
+    """One execution this consumer claimed, until its thread returns.
+
+    A job may be claimed shortly before its run_at (``CLAIM_AHEAD``): its thread then
+    waits for that moment before it starts it.
+    """
+
+    job: DelayedJob
+    #: time.monotonic() past which it is timed out: time_to_run after its thread started
+    #: it. None while it waits for a thread (claims take several jobs per idle thread):
+    #: waiting is not running, and must not cost it its time_to_run.
+    deadline: float | None = None
+    #: When its thread started it (after waiting for its run_at), for a time-out's row.
+    began_at: datetime | None = None
+    thread_id: int | None = None
+    finished: bool = False  # its thread returned; the outcome is being handed over
+    timed_out: bool = False  # recorded as timed out; whatever it returns is ignored
+    handed_over: bool = False  # published to Celery: its slot is freed once taken over
+
+
+def due_ns(job: DelayedJob) -> int:
+    """``job.run_at`` in nanoseconds since the epoch, exactly (no float rounding)."""
+    return (job.run_at - _EPOCH) // _MICROSECOND * 1000
+
+
+def wait_until(moment_ns: int) -> None:
+    """Return at ``moment_ns`` (``clock.time_ns()``), never before: sleep, then spin.
+
+    The spin checks the very clock ``clock.now()`` reads, so a job started after this
+    returns has started at or after its run_at, to the microsecond.
+    """
+    remaining = (moment_ns - clock.time_ns()) / 1e9 - SPIN
+    if remaining > 0:
+        time.sleep(remaining)
+    while clock.time_ns() < moment_ns:
+        pass
+
+
+def time_to_run_of(job: DelayedJob) -> timedelta:
+    try:
+        return registry.get(job.job_type).time_to_run
+    except UnknownJobType:
+        return JobType.time_to_run
+
+
+def describe(exc: BaseException) -> str:
+    """``Type: message`` of an exception, storable even if its ``__str__`` fails."""
+    try:
+        message = str(exc)
+    except Exception:
+        message = "<the exception's str() failed>"
+    return storable(f"{type(exc).__name__}: {message}")
+
+
+def storable(text: str) -> str:
+    # NUL cannot be stored in a PostgreSQL text column.
+    return text.replace("\x00", "\\x00")
+
+
+def signal_outcome_apart(outcome: Outcome) -> None:
+    """``_signal_outcome`` in a thread of its own, which closes what receivers opened."""
+    try:
+        signal_outcome(outcome)
+    finally:
+        connections.close_all()
+
+
+def signal_outcome(outcome: Outcome) -> None:
+    """The signal that says how the attempt ended (and the metrics that count it)."""
+    metrics.job_finished(outcome)
+    job = outcome.job
+    if outcome.expired:
+        signals.send(signals.job_expired, job, lateness=outcome.started_at - job.run_at)
+    elif outcome.skipped:
+        signals.send(signals.job_skipped, job)
+    elif outcome.succeeded:
+        signals.send(signals.job_succeeded, job, duration=outcome.finished_at - outcome.started_at)
+    elif outcome.retry_at is not None:
+        signals.send(signals.job_retrying, job, error=outcome.error, retry_at=outcome.retry_at)
+    else:
+        signals.send(signals.job_failed, job, error=outcome.error, traceback=outcome.traceback)
+
+
+def run_claimed(job: DelayedJob, worker_id: str) -> Outcome:
+    """Execute one claimed job in this thread and say how it ended; never raises.
+
+    The order of the checks is the order of the questions: too late to matter
+    (``expired``), no longer wanted (``skipped``), then the work itself. The caller
+    records the outcome; this only decides it.
+    """
+    error = tb = ""
+    retry_at = None
+    result: Any = None
+    skipped = expired = False
+    # The job's own queries get request semantics: CONN_MAX_AGE applies around each job.
+    close_old_connections()
+    started = clock.now()
+    try:
+        jobtype = registry.get(job.job_type)
+        if _too_late(job, jobtype, started):
+            expired = True
+        elif not jobtype.should_run(job):
+            skipped = True
+        else:
+            signals.send(signals.job_started, job)
+            metrics.job_started(job, (started - job.run_at).total_seconds())
+            if logger.isEnabledFor(logging.DEBUG):
+                logger.debug(
+                    "Job %s %s attempt %d started [trace %s]",
+                    job.pk,
+                    job.job_type,
+                    job.attempts,
+                    job.trace_id,
+                    extra=job_fields(job, "started", started=started),
+                )
+            result = _storable_result(jobtype.execute(job))
+    except UnstorableResult as exc:
+        # The work is done, its side effects happened: running it again would repeat them.
+        error = describe(exc)
+        tb = storable(traceback.format_exc())
+    except BaseException as exc:  # a job's SystemExit must not end the consumer
+        retry_at = retry_at_after(job, exc)  # first: it may add a note to the traceback
+        error = describe(exc)
+        tb = storable(traceback.format_exc())
+    finished = clock.now()
+    log_outcome(job, started, finished, error, retry_at, skipped=skipped, expired=expired)
+    close_old_connections()
+    return Outcome(
+        job=job,
+        worker_id=worker_id,
+        started_at=started,
+        finished_at=finished,
+        error=error,
+        traceback=tb,
+        retry_at=retry_at,
+        result=result,
+        skipped=skipped,
+        expired=expired,
+    )
+
+
+def max_lateness_of(job: DelayedJob, jobtype: JobType) -> timedelta | None:
+    return job.max_lateness if job.max_lateness is not None else jobtype.max_lateness
+
+
+def _too_late(job: DelayedJob, jobtype: JobType, now: datetime) -> bool:
+    limit = max_lateness_of(job, jobtype)
+    return limit is not None and now - job.run_at > limit
+
+
+def _storable_result(value: Any) -> Any:
+    if value is None:
+        return None
+    try:
+        return storable_json(value, "The value execute() returned")
+    except InvalidJob as exc:
+        # Failing the job, rather than dropping the value, tells the author at once.
+        raise UnstorableResult(str(exc)) from None
+
+
+def retry_at_after(job: DelayedJob, exc: BaseException) -> datetime | None:
+    """When to run a job again after ``exc``, by its type's policy; None: mark it failed."""
+    if job.max_attempts is not None and job.attempts >= job.max_attempts:
+        return None
+    try:
+        jobtype = registry.get(job.job_type)
+    except UnknownJobType:
+        jobtype = _FALLBACK_JOB_TYPE
+    try:
+        delay = jobtype.retry_delay(job, exc)
+    except BaseException:  # user code, in a worker thread: nothing may escape
+        logger.exception("%s.retry_delay() failed; using the default backoff", jobtype.name)
+        delay = JobType.retry_delay(jobtype, job, exc)
+    if delay is None:
+        return None
+    if problem := _unusable_retry_delay(delay):
+        # The job fails for good, and its history says why: the note ends the traceback.
+        note = f"Not retried: {jobtype.name}.retry_delay() returned {problem}."
+        logger.error("Job %s: %s", job.pk, note)
+        with contextlib.suppress(Exception):  # an exception class may refuse attributes
+            exc.add_note(note)
+        return None
+    return clock.now() + max(delay, timedelta(0))
+
+
+def _unusable_retry_delay(delay: object) -> str:
+    """What is wrong with a retry_delay() value ("" if nothing): not a timedelta, or a wait
+    so long that adding it to now overflows, or beyond any sensible retry."""
+    if not isinstance(delay, timedelta):
+        return f"{delay!r}, not a timedelta or None"
+    if delay > MAX_RETRY_DELAY:
+        return f"{delay}, more than the {MAX_RETRY_DELAY.days} days a retry may wait"
+    return ""
+
+
+def log_outcome(
+    job: DelayedJob,
+    started: datetime,
+    finished: datetime,
+    error: str,
+    retry_at: datetime | None,
+    *,
+    skipped: bool = False,
+    expired: bool = False,
+) -> None:
+    lateness_ms = (started - job.run_at).total_seconds() * 1000
+    took_ms = (finished - started).total_seconds() * 1000
+
+    def fields(event: str) -> dict[str, Any]:
+        return job_fields(job, event, started=started, duration_ms=took_ms, error=error or None)
+
+    if expired:
+        logger.warning(
+            "Job %s %s expired: it could start only %.1f ms after run_at, past its "
+            "max_lateness; not run [trace %s]",
+            job.pk,
+            job.job_type,
+            lateness_ms,
+            job.trace_id,
+            extra=fields("expired"),
+        )
+    elif skipped:
+        logger.info(
+            "Job %s %s skipped: should_run() said no [trace %s]",
+            job.pk,
+            job.job_type,
+            job.trace_id,
+            extra=fields("skipped"),
+        )
+    elif not error:
+        if logger.isEnabledFor(logging.INFO):
+            logger.info(
+                "Job %s %s attempt %d succeeded in %.1f ms, started %.1f ms after run_at "
+                "[trace %s]",
+                job.pk,
+                job.job_type,
+                job.attempts,
+                took_ms,
+                lateness_ms,
+                job.trace_id,
+                extra=fields("succeeded"),
+            )
+    elif retry_at is not None:
+        logger.warning(
+            "Job %s %s attempt %d failed (%s), started %.1f ms after run_at; retrying at "
+            "%s [trace %s]",
+            job.pk,
+            job.job_type,
+            job.attempts,
+            error,
+            lateness_ms,
+            retry_at.isoformat(),
+            job.trace_id,
+            extra=fields("retrying"),
+        )
+    else:
+        logger.error(
+            "Job %s %s attempt %d failed (%s), started %.1f ms after run_at; no retries "
+            "left, marked failed [trace %s]",
+            job.pk,
+            job.job_type,
+            job.attempts,
+            error,
+            lateness_ms,
+            job.trace_id,
+            extra=fields("failed"),
+        )

@@ -1,0 +1,79 @@
+"""Fetching from the database: claim due rows straight from the table (Redis-down mode).
+
+The pre-loader reaps expired leases under a Redis lock; without Redis, the consumers
+reap them themselves, every DATABASE_POLL_INTERVAL.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from delayjobs import clock, transitions
+from delayjobs.conf import settings
+from delayjobs.engine.claims import Claims
+from delayjobs.engine.execution import LOCKED_RETRY
+from delayjobs.jobtypes import JobType
+from delayjobs.models import DelayedJob
+
+logger = logging.getLogger("delayjobs.consumer")
+
+
+class DatabaseFetcher:
+    """Claims due jobs from the rows, within the same slots and pauses as from Redis."""
+
+    def __init__(self, *, queues: list[str], claims: Claims) -> None:
+        self.queues = queues
+        self.claims = claims
+        self._next_reap = 0.0
+
+    def turn(self) -> float | None:
+        """Claim due jobs straight from the database; return how long to sleep."""
+        interval = settings.DATABASE_POLL_INTERVAL.total_seconds()
+        self._reap_expired_leases(interval)
+        claims = self.claims
+        open_types = claims.open_types()
+        free, open_queues = claims.inflight.open_queues(self.queues, claims.pauses.current)
+        if free > 0 and open_queues and open_types:
+            jobs = transitions.claim_due(
+                queues=open_queues,
+                job_types=open_types,
+                limit=free,
+                choose=claims.inflight.choose,
+                worker_id=claims.worker_id,
+                now=claims.claim_time(),
+                leases=claims.leases,
+                default_lease=JobType.time_to_run,
+            )
+            claims.start(jobs)
+            if jobs:
+                return 0.0
+        if free <= 0 or not open_queues or not open_types:
+            return interval  # a finishing job wakes us
+        # Only what could be claimed: a backlog of a type or queue without a free slot must
+        # not turn this into a poll every LOCKED_RETRY (a finishing job wakes us).
+        claimable = DelayedJob.objects.filter(queue__in=open_queues, job_type__in=open_types)
+        due = claimable.next_run_at()
+        if due is None or due > clock.now():
+            if claims.burst and claims.idle():
+                return None
+            if due is None:
+                return interval
+            return min((due - clock.now()).total_seconds(), interval)
+        # Due but not claimed: locked by a caller's transaction, or taken by a consumer
+        # polling at the same moment. Look again shortly.
+        return LOCKED_RETRY.total_seconds()
+
+    def _reap_expired_leases(self, interval: float) -> None:
+        """The pre-loader reaps under a Redis lock, so without Redis the consumers do it."""
+        now = time.monotonic()
+        if now < self._next_reap:
+            return
+        self._next_reap = now + interval
+        reaped = transitions.reap_expired_leases(clock.now())
+        if reaped:
+            logger.warning(
+                "Consumer %s: returned %d job(s) whose lease expired to the schedule.",
+                self.claims.worker_id,
+                len(reaped),
+            )

@@ -1,0 +1,212 @@
+"""Fetching from Redis: pop the due ids of each lane, claim their rows, start them.
+
+The lanes (see ``redis_store.lane``) are popped in a rotating order so that no queue
+starves the others; a pop that leaves due jobs behind marks a backlog, in which claims
+are batched (``REFILL_WAIT``) so that one claim fills many slots.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from django.db import DatabaseError
+from redis import RedisError
+
+from delayjobs import clock, transitions
+from delayjobs.conf import settings
+from delayjobs.engine.claims import Claims
+from delayjobs.engine.execution import LOCKED_RETRY
+from delayjobs.engine.fallback import RedisFallback
+from delayjobs.handoff import index_due_soon
+from delayjobs.jobtypes import JobType
+from delayjobs.models import DelayedJob, JobStatus
+from delayjobs.redis_store import RedisStore, index_entry, split_lane
+
+logger = logging.getLogger("delayjobs.consumer")
+
+#: In a backlog, how long a free slot may wait for others to free up, so that one claim
+#: fills many slots instead of one claim (a Redis and a database round trip) per slot.
+REFILL_WAIT = 0.002
+
+
+class RedisFetcher:
+    """Claims due jobs found in Redis; the consumer's way of fetching while Redis works."""
+
+    def __init__(
+        self, *, store: RedisStore, lanes: list[str], claims: Claims, fallback: RedisFallback
+    ) -> None:
+        self.store = store
+        self.lanes = lanes
+        self.claims = claims
+        self.fallback = fallback
+        self._rotation = 0
+        self.backlog = False  # the last pop left due jobs behind
+        self._refill_deadline: float | None = None
+        self._unknown_types: set[str] = set()  # warned about once each
+
+    def turn(self) -> float | None:
+        """Claim what Redis says is due; return how long to sleep (None: burst done)."""
+        free = self.claims.inflight.claimable()
+        wait = self._refill_wait(free)
+        if wait is not None:
+            return wait
+        if free > 0 and self._claim():
+            return 0.0  # more may be due right now: look again before sleeping
+        return self._time_to_next(free)
+
+    def forget_backlog(self) -> None:
+        """Redis failed: what the last pop said of a backlog is stale; try again at once."""
+        self.backlog = False
+        self._refill_deadline = None
+
+    def _refill_wait(self, free: int) -> float | None:
+        """In a backlog, seconds to let more slots free up before popping; None: go on now.
+
+        Jobs in a backlog are late already; batching their claims drains it faster. A
+        job due while there is no backlog is never held back.
+        """
+        inflight = self.claims.inflight
+        if not self.backlog or free <= 0 or free >= inflight.concurrency * inflight.prefetch() // 2:
+            self._refill_deadline = None
+            return None
+        now = time.monotonic()
+        if self._refill_deadline is None:
+            self._refill_deadline = now + REFILL_WAIT
+        if now >= self._refill_deadline:
+            self._refill_deadline = None
+            return None
+        return self._refill_deadline - now
+
+    def _claim(self) -> int:
+        """Pop what is due from the lanes, claim it, start it; how many were claimed."""
+        popped: dict[int, tuple[str, float]] = {}  # id -> (lane, score)
+        claims = self.claims
+        now = clock.epoch() + claims.ahead.total_seconds()
+        backlog = False
+        first = self._rotation
+        self._rotation = (self._rotation + 1) % len(self.lanes)
+        budget = self.claims.inflight.budget()
+        try:
+            for name in self.lanes[first:] + self.lanes[:first]:
+                queue, job_type = split_lane(name)
+                if self.claims.pauses.current.covers(queue, job_type):
+                    continue
+                wanted = budget.room(queue, job_type)
+                if wanted <= 0:
+                    continue
+                taken, more_due = self.store.pop_due(name, now, wanted)
+                backlog = backlog or more_due
+                budget.spend(queue, job_type, len(taken))
+                for pk, score in taken:
+                    popped[pk] = (name, score)
+                if budget.free <= 0:
+                    break
+        except Exception:
+            # A later lane failed: the ids popped from the earlier ones go back now, or
+            # they would wait for the next pre-loader pass, up to a window late.
+            self._put_back(popped)
+            raise
+        # Redis answered. Only then: a turn that did not ask it (waiting for slots to free
+        # up in a backlog) says nothing of Redis, and must not end a streak of failures.
+        self.fallback.redis_answered()
+        self.backlog = backlog
+        if not popped:
+            return 0
+        try:
+            # Types without a free slot are not claimed. Their jobs are in their own lanes,
+            # not popped; one found in the queue's lane (indexed by a process that did not
+            # know the type's limit yet) is put back, into its lane, by _reindex_unclaimed.
+            jobs = transitions.claim(
+                list(popped),
+                worker_id=claims.worker_id,
+                now=claims.claim_time(),
+                job_types=claims.open_types(),
+                leases=claims.leases,
+                default_lease=JobType.time_to_run,
+                ahead=claims.ahead,
+            )
+        except Exception:
+            # The ids left Redis but no row was claimed: put them back, or they would wait
+            # for the next pre-loader pass.
+            self._put_back(popped)
+            raise
+        # Claimed rows run before anything else can fail: a claimed job left unstarted
+        # would only come back after its lease, with an attempt spent.
+        claims.start(jobs)
+        if len(jobs) < len(popped):
+            claimed = {job.pk for job in jobs}
+            try:
+                self._reindex_unclaimed([pk for pk in popped if pk not in claimed])
+            except DatabaseError:
+                logger.warning("Could not re-index unclaimed jobs; the pre-loader will.")
+        return len(jobs)
+
+    def _put_back(self, popped: dict[int, tuple[str, float]]) -> None:
+        """Return popped ids to their lanes, best effort: if Redis refuses even that, the
+        pre-loader's next pass puts them back (the rows are the truth)."""
+        if not popped:
+            return
+        try:
+            self.store.add((pk, name, score) for pk, (name, score) in popped.items())
+        except RedisError as exc:
+            logger.warning(
+                "Could not put %d popped job(s) back into Redis (%s); the pre-loader will.",
+                len(popped),
+                exc,
+            )
+
+    def _reindex_unclaimed(self, ids: list[int]) -> None:
+        """Ids popped but not claimed: put back those that should run later.
+
+        Cancelled, finished or taken by another consumer: dropped. Still scheduled: moved
+        later (back at its time), locked by a caller's open transaction (back in a
+        moment), of a job type this consumer does not know (left to the pre-loader, and
+        so to a consumer that knows it), or paused (left out until resume() puts it back).
+        """
+        now = clock.now()
+        entries = []
+        rows = DelayedJob.objects.filter(pk__in=ids, status=JobStatus.SCHEDULED).order_by()
+        found = list(rows.values_list("pk", "queue", "run_at", "job_type"))
+        if any(run_at <= now for _pk, _queue, run_at, _job_type in found):
+            # Due yet not claimed: perhaps paused or resumed since this consumer last
+            # looked. Dropping resumed work would delay it to the next pre-loader pass.
+            self.claims.pauses.reload()
+        for pk, queue, run_at, job_type in found:
+            if job_type not in self.claims.job_types:
+                self._warn_unknown_type(job_type)
+                continue
+            if self.claims.pauses.current.covers(queue, job_type):
+                continue  # out of Redis while paused; resume() puts it back
+            # Not sooner than LOCKED_RETRY: a row due within CLAIM_AHEAD that was locked
+            # would otherwise be popped again at once, over and over until its run_at.
+            due = max(run_at, now + LOCKED_RETRY)
+            entries.append(index_entry(pk, queue, job_type, due.timestamp()))
+        index_due_soon(entries)
+
+    def _warn_unknown_type(self, job_type: str) -> None:
+        if job_type not in self._unknown_types:
+            self._unknown_types.add(job_type)
+            logger.warning(
+                "Consumer %s does not know job type %r and leaves its jobs to a consumer "
+                "that does (deploy in progress?). Known: %s.",
+                self.claims.worker_id,
+                job_type,
+                ", ".join(self.claims.job_types),
+            )
+
+    def _time_to_next(self, free: int) -> float | None:
+        """Seconds to sleep; None when a burst run is done."""
+        idle = settings.IDLE_TIMEOUT.total_seconds()
+        claims = self.claims
+        open_lanes = claims.inflight.open_lanes(self.lanes, claims.pauses.current)
+        if free <= 0 or not open_lanes:
+            return idle  # a finishing job wakes us
+        due = self.store.next_due(open_lanes)
+        self.fallback.redis_answered()
+        now = clock.epoch()
+        if claims.burst and (due is None or due > now) and claims.idle():
+            return None
+        if due is None:
+            return idle
+        return min(max(due - claims.ahead.total_seconds() - now, 0.0), idle)

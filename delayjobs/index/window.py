@@ -1,0 +1,46 @@
+"""Loading the window: every scheduled job due soon, from the rows into the Redis index.
+
+Used by the pre-loader's pass and by resume() (the jobs of a queue or job type that come
+back). Its own module so that ``pauses`` and the pre-loader both import it, downward.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.db.models import Q
+
+from delayjobs import pauses
+from delayjobs.conf import settings
+from delayjobs.models import DelayedJob
+from delayjobs.redis_store import RedisStore, index_entry
+
+
+def load_window(store: RedisStore, horizon: datetime, *, only: Q | None = None) -> int:
+    """Add every scheduled job due before ``horizon`` (and matching ``only``) to Redis,
+    batch by batch. Paused queues and job types are left out: no consumer would take them.
+    """
+    batch_size = settings.PRELOAD_BATCH_SIZE
+    rows = pauses.paused().exclude_from(DelayedJob.objects.due_before(horizon))
+    if only is not None:
+        rows = rows.filter(only)
+    rows = rows.order_by("run_at", "id")
+    loaded = 0
+    after: tuple[datetime, int] | None = None
+    while True:
+        page = rows
+        if after is not None:
+            # Keyset pagination: constant cost per page, unlike OFFSET.
+            page = page.filter(run_at__gte=after[0]).exclude(run_at=after[0], id__lte=after[1])
+        batch = list(page.values_list("id", "queue", "job_type", "run_at")[:batch_size])
+        if not batch:
+            return loaded
+        store.add(
+            index_entry(pk, queue, job_type, run_at.timestamp())
+            for pk, queue, job_type, run_at in batch
+        )
+        loaded += len(batch)
+        last_pk, _queue, _job_type, last_run_at = batch[-1]
+        after = (last_run_at, last_pk)
+        if len(batch) < batch_size:
+            return loaded
