@@ -74,8 +74,8 @@ def reset_state() -> None:
     """Empty the job tables and Redis, so that each run starts from nothing."""
     from django.db import connection
 
+    from delayjobs.index.client import get_client
     from delayjobs.models import DelayedJob, JobAttempt
-    from delayjobs.redis_store import get_client
 
     tables = ", ".join(
         connection.ops.quote_name(model._meta.db_table) for model in (JobAttempt, DelayedJob)
@@ -128,7 +128,8 @@ class Consumer:
 
     def _wait_until_listening(self, queue: str) -> None:
         """Ready once it subscribed to the queue's wake channel (its main loop runs)."""
-        from delayjobs.redis_store import get_client, wake_channel
+        from delayjobs.index.client import get_client
+        from delayjobs.index.keys import wake_channel
 
         channel = wake_channel(queue)
         deadline = time.monotonic() + CONSUMER_READY_TIMEOUT
@@ -265,7 +266,7 @@ def machine_info() -> dict[str, Any]:
     import django
     from django.db import connection
 
-    from delayjobs.redis_store import get_client
+    from delayjobs.index.client import get_client
 
     with connection.cursor() as cursor:
         cursor.execute("SHOW server_version")

@@ -305,8 +305,8 @@ def w5_preloader(sizes: Sizes) -> dict[str, Any]:
 
     from benchmarks.systems.delayjobs_system import DelayJobsSystem
     from delayjobs.conf import settings
+    from delayjobs.engine.preloader import preload
     from delayjobs.models import DelayedJob
-    from delayjobs.preloader import preload
 
     system = DelayJobsSystem()
     system.reset()

@@ -1,10 +1,5 @@
 """Compatibility path: the code lives in delayjobs.core.metrics."""
 
-from __future__ import annotations
-
-from typing import TYPE_CHECKING
-
-from delayjobs.core import metrics as _core
 from delayjobs.core.metrics import (
     DURATION_BUCKETS,
     ENABLED,
@@ -15,6 +10,7 @@ from delayjobs.core.metrics import (
     consumer_beat,
     consumer_running,
     job_ended_unwatched,
+    job_finished,
     job_started,
     jobs_scheduled,
     metrics_view,
@@ -22,17 +18,6 @@ from delayjobs.core.metrics import (
     registry,
     serve,
 )
-
-if TYPE_CHECKING:
-    from delayjobs.transitions import Outcome
-
-
-def job_finished(outcome: Outcome) -> None:
-    """The old signature, for callers not yet moved to ``core.metrics.job_finished``."""
-    if _core.ENABLED:  # as cheap as before without prometheus_client
-        duration = (outcome.finished_at - outcome.started_at).total_seconds()
-        _core.job_finished(outcome.job.job_type, outcome.attempt_outcome.value, duration)
-
 
 __all__ = [
     "DURATION_BUCKETS",

@@ -39,7 +39,7 @@ def wait_listening(client: Any, consumers: Sequence[Any], queue: str = "default"
     ``consumers`` are ``ConsumerProcess`` objects; one that exits meanwhile fails the wait
     with its output, rather than timing out.
     """
-    from delayjobs.redis_store import wake_channel
+    from delayjobs.index.keys import wake_channel
 
     channel = wake_channel(queue)
 

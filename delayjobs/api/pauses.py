@@ -20,6 +20,7 @@ from delayjobs.conf import settings
 from delayjobs.core.paused import Paused, paused
 from delayjobs.exceptions import InvalidJob
 from delayjobs.index.store import get_store
+from delayjobs.index.window import load_window
 from delayjobs.models import Pause, PauseKind, jobs_database
 from delayjobs.spec.jobtypes import registry
 from delayjobs.spec.validation import check_queue
@@ -80,8 +81,6 @@ def _reindex(**target: str) -> None:
     would drop it from Redis (it re-reads the pauses first, but the sooner it hears, the
     better).
     """
-    from delayjobs.preloader import load_window
-
     _announce()
     try:
         horizon = timezone.now() + settings.PRELOAD_WINDOW

@@ -1,32 +1,18 @@
 """System checks of the DELAYJOBS settings, the registered job types and the HTTP API
 (layer 7, interfaces). ``apps.ready`` imports this package, which registers them. Ids are
 stable (``delayjobs.E001`` ...) so that projects can silence one on purpose. The checks of
-one setting each live in ``settings`` and ``redis``; this package imports those and
-foundation modules only.
+one setting each live in ``settings`` and ``redis``, the checks Django runs in ``registered``;
+they import spec and foundation modules only.
 """
 
-from __future__ import annotations
-
-from collections.abc import Sequence
-from typing import Any
-
-from django.conf import settings as django_settings
-from django.core import checks
-from django.core.exceptions import ImproperlyConfigured
-
-from delayjobs.checks.redis import check_redis
-from delayjobs.checks.settings import (
+from delayjobs.checks.registered import (
     MAX_CONCURRENCY,
     MAX_DURATION,
     MAX_TIMEOUT_SECONDS,
-    check_ahead,
-    check_durations,
-    check_limits,
-    check_payload_depth,
-    check_scalars,
+    check_http_api,
+    check_job_types,
+    check_settings,
 )
-from delayjobs.conf import DEFAULTS, raw_settings
-from delayjobs.spec.jobtypes import registry, validate_job_type_class
 
 __all__ = [
     "MAX_CONCURRENCY",
@@ -36,96 +22,3 @@ __all__ = [
     "check_job_types",
     "check_settings",
 ]
-
-
-@checks.register("delayjobs")
-def check_settings(
-    app_configs: Sequence[Any] | None = None, **kwargs: Any
-) -> list[checks.CheckMessage]:
-    messages: list[checks.CheckMessage] = []
-    value = getattr(django_settings, "DELAYJOBS", {})
-    if not isinstance(value, dict):
-        return [
-            checks.Error(
-                f"DELAYJOBS must be a dict, got {type(value).__name__}.",
-                hint="DELAYJOBS = {'REDIS_URL': 'redis://127.0.0.1:6379/0'}",
-                id="delayjobs.E001",
-            )
-        ]
-    config = raw_settings()
-    messages += check_redis(config)
-    messages += check_durations(config)
-    messages += check_scalars(config)
-    messages += check_ahead(config)
-    messages += check_payload_depth(config)
-    messages += check_limits(config)
-    if not getattr(django_settings, "USE_TZ", False):
-        messages.append(
-            checks.Error(
-                "delayjobs needs USE_TZ = True: job times are compared across processes and "
-                "hosts, which only aware datetimes make safe.",
-                hint="Set USE_TZ = True in your settings.",
-                id="delayjobs.E008",
-            )
-        )
-    for name in sorted(set(config) - set(DEFAULTS), key=repr):  # keys of any type
-        messages.append(
-            checks.Warning(
-                f"DELAYJOBS[{name!r}] is not a delayjobs setting; it is ignored.",
-                hint=f"Known settings: {', '.join(sorted(DEFAULTS))}.",
-                id="delayjobs.W001",
-            )
-        )
-    return messages
-
-
-@checks.register("delayjobs")
-def check_job_types(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> list[checks.Error]:
-    """Every registered job type's declaration, again: ``@register`` refuses a bad one at
-    import, but a class attribute changed afterwards (read from a setting, say) must not
-    reach a consumer, where an unbounded ``time_to_run`` overflows at the first claim."""
-    messages = []
-    for jobtype in registry:
-        try:
-            validate_job_type_class(type(jobtype))
-        except ImproperlyConfigured as exc:
-            messages.append(
-                checks.Error(
-                    str(exc),
-                    hint="Fix the job type's class attribute; the bounds keep leases and "
-                    "retries within what dates can hold.",
-                    id="delayjobs.E101",
-                )
-            )
-    return messages
-
-
-@checks.register("delayjobs", checks.Tags.urls)
-def check_http_api(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> list[checks.Warning]:
-    """The HTTP API mounted with no public job type: only keys listing job types can
-    schedule anything, which after the upgrade that made job types private is a surprise."""
-    if not _http_api_mounted() or any(jobtype.public for jobtype in registry):
-        return []
-    return [
-        checks.Warning(
-            "The HTTP API (delayjobs.http.urls) is mounted, but no job type is public: API "
-            "keys can schedule only the private job types listed on them.",
-            hint="Set public = True on the job types any key may schedule, or list them on "
-            "each key (create_delay_api_key --job-type NAME, or the key's page in the admin).",
-            id="delayjobs.W002",
-        )
-    ]
-
-
-def _http_api_mounted() -> bool:
-    from django.urls import NoReverseMatch, reverse
-
-    try:
-        reverse("delayjobs_api:not-found")
-    except NoReverseMatch:
-        return False
-    except Exception:
-        # No URLconf at all (a settings module for consumers only) or a broken one, which
-        # Django's own checks report: either way, nothing of delayjobs is mounted to judge.
-        return False
-    return True

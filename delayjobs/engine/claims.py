@@ -8,8 +8,9 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from delayjobs import clock, pauses
+from delayjobs.api import pauses
 from delayjobs.conf import settings
+from delayjobs.core import clock
 from delayjobs.engine.executors import Executor
 from delayjobs.engine.inflight import InFlight
 from delayjobs.engine.recorder import Recorder

@@ -38,9 +38,9 @@ from types import FrameType
 from django.db import DatabaseError, connections
 from redis import RedisError
 
-from delayjobs import metrics
 from delayjobs.conf import EXECUTORS, settings
-from delayjobs.db import drop_broken_connections
+from delayjobs.core import metrics
+from delayjobs.core.db import drop_broken_connections
 from delayjobs.engine import preloader, presence
 from delayjobs.engine.claims import Claims, PauseView
 from delayjobs.engine.executors import executor_class
@@ -52,9 +52,11 @@ from delayjobs.engine.inflight import PREFETCH, PREFETCH_BUDGET, InFlight
 from delayjobs.engine.recorder import Recorder
 from delayjobs.engine.slots import Slots
 from delayjobs.engine.timeouts import EXIT_STUCK, TimeOuts
-from delayjobs.handoff import index_due_soon
-from delayjobs.jobtypes import JobType, registry
-from delayjobs.redis_store import RedisStore, describe_target, get_store, lanes
+from delayjobs.index.client import describe_target
+from delayjobs.index.handoff import index_due_soon
+from delayjobs.index.keys import lanes
+from delayjobs.index.store import RedisStore, get_store
+from delayjobs.spec.jobtypes import JobType, registry
 
 __all__ = ["EXIT_STUCK", "PREFETCH", "PREFETCH_BUDGET", "Consumer", "default_worker_id"]
 

@@ -12,13 +12,14 @@ from typing import Any
 
 from django.db import close_old_connections, connections
 
-from delayjobs import clock, metrics, signals
-from delayjobs.spec.payload import storable_json
+from delayjobs import signals
+from delayjobs.core import clock, metrics
+from delayjobs.core.logfields import job_fields
 from delayjobs.exceptions import InvalidJob, UnknownJobType
 from delayjobs.execution import UnstorableResult
-from delayjobs.jobtypes import MAX_RETRY_DELAY, JobType, registry
-from delayjobs.logfields import job_fields
 from delayjobs.models import DelayedJob
+from delayjobs.spec.jobtypes import MAX_RETRY_DELAY, JobType, registry
+from delayjobs.spec.payload import storable_json
 from delayjobs.transitions import Outcome
 
 # The consumer's logger: these lines are what an operator follows a consumer by, whether
@@ -110,7 +111,9 @@ def signal_outcome_apart(outcome: Outcome) -> None:
 
 def signal_outcome(outcome: Outcome) -> None:
     """The signal that says how the attempt ended (and the metrics that count it)."""
-    metrics.job_finished(outcome)
+    if metrics.ENABLED:  # nothing to compute without prometheus_client
+        duration = (outcome.finished_at - outcome.started_at).total_seconds()
+        metrics.job_finished(outcome.job.job_type, outcome.attempt_outcome.value, duration)
     job = outcome.job
     if outcome.expired:
         signals.send(signals.job_expired, job, lateness=outcome.started_at - job.run_at)

@@ -20,11 +20,11 @@ from typing import Protocol
 from redis import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from delayjobs import clock
 from delayjobs.conf import settings
+from delayjobs.core import clock
 from delayjobs.engine import preloader
+from delayjobs.index.store import RedisStore
 from delayjobs.index.window import load_window
-from delayjobs.redis_store import RedisStore
 
 logger = logging.getLogger("delayjobs.consumer")
 

@@ -9,12 +9,13 @@ from __future__ import annotations
 import logging
 import time
 
-from delayjobs import clock, transitions
+from delayjobs import transitions
 from delayjobs.conf import settings
+from delayjobs.core import clock
 from delayjobs.engine.claims import Claims
 from delayjobs.engine.execution import LOCKED_RETRY
-from delayjobs.jobtypes import JobType
 from delayjobs.models import DelayedJob
+from delayjobs.spec.jobtypes import JobType
 
 logger = logging.getLogger("delayjobs.consumer")
 

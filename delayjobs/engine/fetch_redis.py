@@ -13,15 +13,18 @@ import time
 from django.db import DatabaseError
 from redis import RedisError
 
-from delayjobs import clock, transitions
+from delayjobs import transitions
 from delayjobs.conf import settings
+from delayjobs.core import clock
+from delayjobs.core.lanes import split_lane
 from delayjobs.engine.claims import Claims
 from delayjobs.engine.execution import LOCKED_RETRY
 from delayjobs.engine.fallback import RedisFallback
-from delayjobs.handoff import index_due_soon
-from delayjobs.jobtypes import JobType
+from delayjobs.index.handoff import index_due_soon
+from delayjobs.index.store import RedisStore
 from delayjobs.models import DelayedJob, JobStatus
-from delayjobs.redis_store import RedisStore, index_entry, split_lane
+from delayjobs.spec.jobtypes import JobType
+from delayjobs.transitions.lanes import index_entry
 
 logger = logging.getLogger("delayjobs.consumer")
 

@@ -13,16 +13,18 @@ from typing import Any
 from django.db import DatabaseError, connections
 from redis import RedisError
 
-from delayjobs import clock, metrics, transitions
-from delayjobs.db import drop_broken_connections
+from delayjobs import transitions
+from delayjobs.core import clock, metrics
+from delayjobs.core.db import drop_broken_connections
 from delayjobs.engine import presence
 from delayjobs.engine.claims import PauseView
 from delayjobs.engine.execution import time_to_run_of
 from delayjobs.engine.fallback import RedisFallback
 from delayjobs.engine.inflight import InFlight
 from delayjobs.engine.recorder import Recorder
-from delayjobs.jobtypes import JobType, registry
-from delayjobs.redis_store import RedisStore, control_channel
+from delayjobs.index.keys import control_channel
+from delayjobs.index.store import RedisStore
+from delayjobs.spec.jobtypes import JobType, registry
 
 logger = logging.getLogger("delayjobs.consumer")
 

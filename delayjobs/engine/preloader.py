@@ -20,15 +20,15 @@ from django.db import DatabaseError
 from django.utils import timezone
 from redis import RedisError
 
-from delayjobs import clock, metrics
 from delayjobs.api import schedule
 from delayjobs.conf import settings
-from delayjobs.db import drop_broken_connections
+from delayjobs.core import clock, metrics
+from delayjobs.core.db import drop_broken_connections
 from delayjobs.exceptions import DuplicateJob, InvalidJob
+from delayjobs.index.store import RedisStore, get_store
 from delayjobs.index.window import load_window
-from delayjobs.jobtypes import JobType, registry
 from delayjobs.models import DelayedJob, JobStatus
-from delayjobs.redis_store import RedisStore, get_store
+from delayjobs.spec.jobtypes import JobType, registry
 from delayjobs.transitions import reap_expired_leases
 
 logger = logging.getLogger("delayjobs.preloader")  # the old path: users' LOGGING names it

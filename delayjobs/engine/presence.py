@@ -12,7 +12,7 @@ import socket
 from collections.abc import Sequence
 from datetime import timedelta
 
-from delayjobs import clock
+from delayjobs.core import clock
 from delayjobs.models import Consumer
 
 STALE_AFTER = timedelta(days=1)

@@ -16,9 +16,9 @@ from collections.abc import Callable
 
 from django.db import InterfaceError, OperationalError, connections
 
-from delayjobs.db import drop_broken_connections
+from delayjobs.core.db import drop_broken_connections
+from delayjobs.core.lanes import IndexEntry
 from delayjobs.models import DelayedJob
-from delayjobs.redis_store import IndexEntry
 from delayjobs.transitions import Outcome, record_outcomes
 
 logger = logging.getLogger("delayjobs.recorder")  # the old path: users' LOGGING names it

@@ -12,16 +12,8 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 
-
-@dataclass(frozen=True)
-class Candidate:
-    """A due job as seen before its claim."""
-
-    pk: int
-    queue: str
-    job_type: str
+from delayjobs.transitions import Candidate
 
 
 class Slots:

@@ -17,7 +17,8 @@ import traceback
 from collections import Counter
 from types import FrameType
 
-from delayjobs import clock
+from delayjobs.core import clock
+from delayjobs.core.logfields import job_fields
 from delayjobs.engine.execution import (
     Running,
     describe,
@@ -29,7 +30,6 @@ from delayjobs.engine.execution import (
 from delayjobs.engine.inflight import InFlight
 from delayjobs.engine.recorder import Recorder
 from delayjobs.exceptions import JobTimeout
-from delayjobs.logfields import job_fields
 from delayjobs.transitions import Outcome
 
 logger = logging.getLogger("delayjobs.consumer")

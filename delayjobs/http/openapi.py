@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 
 from django.conf import settings
 
-import delayjobs
+from delayjobs.core.version import __version__
 from delayjobs.http import bodies, handlers, listing
 from delayjobs.http.app import body_schema
 from delayjobs.http.call import MAX_ID, Call, Reply
@@ -216,7 +216,7 @@ def build_document(server_url: str) -> Schema:
         "openapi": "3.1.0",
         "info": {
             "title": "delayjobs",
-            "version": delayjobs.__version__,
+            "version": __version__,
             "description": (
                 "Schedule, read, cancel, reschedule and retry delayed jobs. Every request "
                 "but this document's needs an API key (Authorization: Bearer dj_...) or the "

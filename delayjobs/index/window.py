@@ -10,10 +10,11 @@ from datetime import datetime
 
 from django.db.models import Q
 
-from delayjobs import pauses
 from delayjobs.conf import settings
+from delayjobs.core.paused import paused
+from delayjobs.index.store import RedisStore
 from delayjobs.models import DelayedJob
-from delayjobs.redis_store import RedisStore, index_entry
+from delayjobs.transitions.lanes import index_entry
 
 
 def load_window(store: RedisStore, horizon: datetime, *, only: Q | None = None) -> int:
@@ -21,7 +22,7 @@ def load_window(store: RedisStore, horizon: datetime, *, only: Q | None = None) 
     batch by batch. Paused queues and job types are left out: no consumer would take them.
     """
     batch_size = settings.PRELOAD_BATCH_SIZE
-    rows = pauses.paused().exclude_from(DelayedJob.objects.due_before(horizon))
+    rows = paused().exclude_from(DelayedJob.objects.due_before(horizon))
     if only is not None:
         rows = rows.filter(only)
     rows = rows.order_by("run_at", "id")

@@ -5,7 +5,7 @@ due again return index entries (``core.lanes``) for the caller to hand to the in
 """
 
 from delayjobs.transitions.changes import cancel, move, retry
-from delayjobs.transitions.claims import CLAIM_TOLERANCE, claim, claim_due, lease_start
+from delayjobs.transitions.claims import CLAIM_TOLERANCE, Candidate, claim, claim_due, lease_start
 from delayjobs.transitions.leases import (
     give_back,
     reap_expired_leases,
@@ -17,6 +17,7 @@ from delayjobs.transitions.outcomes import Outcome, record_outcome_if_held, reco
 
 __all__ = [
     "CLAIM_TOLERANCE",
+    "Candidate",
     "Outcome",
     "cancel",
     "claim",

@@ -7,6 +7,7 @@ racing for a job cannot both win it (invariant 3 of docs/explanation/design.md).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -28,12 +29,18 @@ from django.db.models.functions import Greatest
 from delayjobs.core.db import column, fetch_models, update_returning
 from delayjobs.models import DelayedJob, JobStatus, Pause, PauseKind, jobs_database
 
-# Transitional: Candidate is the consumer's type today; the integrator moves it down here.
-from delayjobs.slots import Candidate
-
 #: A job popped from Redis is claimed only if its row is due by then (plus this much, to
 #: absorb float rounding of the Redis score). A row moved later in the meantime is not.
 CLAIM_TOLERANCE = timedelta(milliseconds=5)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A due job as seen before its claim."""
+
+    pk: int
+    queue: str
+    job_type: str
 
 
 def claim(

@@ -25,7 +25,7 @@ from django.contrib.auth.models import Permission, User
 from django.utils import timezone
 
 import delayjobs
-from delayjobs import pauses
+from delayjobs.api import pauses
 from delayjobs.models import Consumer, DelayedJob, JobStatus
 from tests.conftest import REPO_ROOT, ConsumerFactory, ConsumerProcess
 from tests.consumers import wait_final

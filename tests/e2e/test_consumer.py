@@ -22,8 +22,8 @@ from django.utils import timezone
 
 import delayjobs
 from delayjobs.engine.execution import Running
+from delayjobs.index.keys import due_key
 from delayjobs.models import AttemptOutcome, DelayedJob, JobAttempt, JobStatus
-from delayjobs.redis_store import due_key
 from tests.conftest import ConsumerFactory
 from tests.consumers import (
     executions_per_job,
@@ -470,7 +470,8 @@ def test_a_job_cancelled_before_its_claim_never_runs(
 
 
 def test_a_consumer_claims_ahead_only_for_idle_threads_and_short_jobs() -> None:
-    from delayjobs.consumer import PREFETCH, PREFETCH_BUDGET, Consumer
+    from delayjobs.engine.consumer import Consumer
+    from delayjobs.engine.inflight import PREFETCH, PREFETCH_BUDGET
 
     consumer = Consumer(queues=[QUEUE], concurrency=2)
     inflight = consumer.inflight

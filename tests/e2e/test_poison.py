@@ -18,7 +18,7 @@ import redis
 from django.utils import timezone
 
 import delayjobs
-from delayjobs.consumer import EXIT_STUCK
+from delayjobs.engine.timeouts import EXIT_STUCK
 from delayjobs.models import AttemptOutcome, DelayedJob, JobAttempt, JobStatus
 from tests.conftest import ConsumerFactory, ConsumerProcess
 from tests.consumers import check_alive, history, statuses, wait_final, wait_output

@@ -21,10 +21,10 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 import delayjobs
-from delayjobs.consumer import Consumer
+from delayjobs.engine.consumer import Consumer
 from delayjobs.engine.execution import Running
+from delayjobs.index.store import RedisStore
 from delayjobs.models import DelayedJob
-from delayjobs.redis_store import RedisStore
 from tests.conftest import ConsumerFactory, ConsumerProcess
 from tests.consumers import Outage, check_alive, executions_per_job, wait_final, wait_output
 from tests.models import Execution

@@ -15,8 +15,8 @@ from django.utils import timezone
 
 import delayjobs
 from delayjobs import DuplicateJob, InvalidJob, InvalidTransition, JobNotFound, UnknownJobType
+from delayjobs.index.store import get_store
 from delayjobs.models import AttemptOutcome, DelayedJob, JobAttempt, JobStatus
-from delayjobs.redis_store import get_store
 from tests.delay_jobs import Noop
 
 pytestmark = pytest.mark.django_db
@@ -191,7 +191,7 @@ def test_max_attempts_defaults_to_the_job_types_and_can_be_overridden():
 
 
 def test_schedule_accepts_the_registered_class_or_its_instance():
-    from delayjobs.jobtypes import registry
+    from delayjobs.spec.jobtypes import registry
 
     by_class = delayjobs.schedule(Noop)
     by_instance = delayjobs.schedule(registry.get("tests.noop"))

@@ -10,9 +10,10 @@ from django.utils import timezone
 
 import delayjobs
 from delayjobs import transitions
-from delayjobs.jobtypes import registry
+from delayjobs.engine.slots import Slots
 from delayjobs.models import DelayedJob, JobStatus
-from delayjobs.slots import Candidate, Slots
+from delayjobs.spec.jobtypes import registry
+from delayjobs.transitions import Candidate
 from tests.utils import row_locked
 
 pytestmark = pytest.mark.django_db

@@ -13,9 +13,9 @@ from django.core.management import call_command
 from django.urls import reverse
 from django.utils import timezone
 
-from delayjobs import clock
-from delayjobs.clock import SharedClock, read_database_time
-from delayjobs.execution import wait_until
+from delayjobs.core import clock
+from delayjobs.core.clock import SharedClock, read_database_time
+from delayjobs.engine.execution import wait_until
 from delayjobs.models import Consumer
 from tests.integration.test_stats import consumer
 

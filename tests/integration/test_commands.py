@@ -13,7 +13,8 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 import delayjobs
-from delayjobs import display, stats
+from delayjobs.api import stats
+from delayjobs.core import display
 from delayjobs.management.commands import prune_delay_jobs
 from delayjobs.models import AttemptOutcome, DelayedJob, JobAttempt, JobStatus, Pause
 from tests.integration.test_stats import attempt, build_known, make_job, pinned  # noqa: F401 (a fixture)

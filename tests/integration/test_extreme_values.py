@@ -18,11 +18,13 @@ from django.utils import timezone
 
 import delayjobs
 from delayjobs import transitions
-from delayjobs.consumer import Consumer
+from delayjobs.core.lanes import LANE_SEPARATOR
 from delayjobs.engine.claims import PauseView
-from delayjobs.jobtypes import registry
+from delayjobs.engine.consumer import Consumer
+from delayjobs.index.keys import lanes
+from delayjobs.index.store import RedisStore
 from delayjobs.models import DelayedJob, JobStatus
-from delayjobs.redis_store import LANE_SEPARATOR, RedisStore, lanes
+from delayjobs.spec.jobtypes import registry
 from delayjobs.transitions import Outcome
 
 QUEUE = "extreme"

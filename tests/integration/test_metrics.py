@@ -22,8 +22,8 @@ from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 import delayjobs
-from delayjobs import metrics
-from delayjobs.consumer import Consumer
+from delayjobs.core import metrics
+from delayjobs.engine.consumer import Consumer
 from sampleproject.services import free_port
 from tests.conftest import REPO_ROOT, ConsumerFactory, ConsumerProcess
 from tests.consumers import wait_final

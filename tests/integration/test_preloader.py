@@ -15,10 +15,11 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 import delayjobs
-from delayjobs.jobtypes import registry
+from delayjobs.engine.preloader import preload
+from delayjobs.index.store import get_store
+from delayjobs.index.window import load_window
 from delayjobs.models import AttemptOutcome, DelayedJob, JobStatus
-from delayjobs.preloader import load_window, preload
-from delayjobs.redis_store import get_store
+from delayjobs.spec.jobtypes import registry
 from delayjobs.transitions import claim
 
 pytestmark = pytest.mark.django_db
@@ -403,7 +404,7 @@ def test_preload_command_reports_a_skipped_pass(restore_delayjobs_logger):
 
 
 def test_celery_task_runs_a_pass():
-    from delayjobs.tasks import preload as preload_task
+    from delayjobs.contrib.celery.tasks import preload as preload_task
 
     assert preload_task.name == "delayjobs.tasks.preload"
     job = delayjobs.schedule("tests.scripted", run_at=at(timezone.now(), 1))
@@ -415,7 +416,7 @@ def test_celery_task_runs_a_pass():
 
 
 def test_celery_task_called_directly_runs_a_pass():
-    from delayjobs.tasks import preload as preload_task
+    from delayjobs.contrib.celery.tasks import preload as preload_task
 
     delayjobs.schedule("tests.noop", run_at=at(timezone.now(), 1))
     assert preload_task()["loaded"] == 1

@@ -6,12 +6,12 @@ import threading
 from datetime import timedelta
 
 import pytest
+from delayjobs.recorder import Recorder
 from django.utils import timezone
 
 import delayjobs
-from delayjobs.jobtypes import registry
 from delayjobs.models import AttemptOutcome, DelayedJob, JobAttempt, JobStatus
-from delayjobs.recorder import Recorder
+from delayjobs.spec.jobtypes import registry
 from delayjobs.transitions import Outcome, claim
 
 pytestmark = pytest.mark.django_db(transaction=True)

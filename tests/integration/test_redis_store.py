@@ -9,17 +9,10 @@ import redis
 from django.conf import settings as django_settings
 
 import delayjobs
-from delayjobs.redis_store import (
-    RedisStore,
-    describe_target,
-    due_key,
-    get_store,
-    lane,
-    lanes,
-    mask_url,
-    preload_lock_key,
-    wake_channel,
-)
+from delayjobs.index.client import describe_target, mask_url
+from delayjobs.index.keys import due_key, lanes, preload_lock_key, wake_channel
+from delayjobs.index.store import RedisStore, get_store
+from delayjobs.transitions.lanes import lane
 from tests.utils import wait_for
 
 

@@ -20,8 +20,8 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
+from delayjobs.index.store import RedisStore
 from delayjobs.models import AttemptOutcome, DelayedJob, JobStatus
-from delayjobs.redis_store import RedisStore
 from sampleproject.meetings.delay_jobs import (
     EndMeeting,
     ExpireRoomRequest,
@@ -204,7 +204,7 @@ def test_a_meeting_moved_while_its_job_runs_gets_its_job_from_the_planner(
 ) -> None:
     """A running job cannot be moved: the save succeeds anyway, and once that job is done,
     the pre-loader's plan() hook schedules the job for the meeting's new time."""
-    from delayjobs.preloader import preload
+    from delayjobs.engine.preloader import preload
 
     starts_at = timezone.now() + timedelta(seconds=20)
     meeting = create_meeting(client, room, starts_at, starts_at + timedelta(minutes=30))

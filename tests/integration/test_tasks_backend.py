@@ -28,7 +28,6 @@ from django.utils import timezone
 
 import delayjobs
 from delayjobs import transitions
-from delayjobs.consumer import Consumer
 from delayjobs.contrib.tasks import compat as task_compat
 from delayjobs.contrib.tasks.backend import DelayJobsBackend, InvalidTaskCall
 from delayjobs.contrib.tasks.compat import (
@@ -43,11 +42,12 @@ from delayjobs.contrib.tasks.compat import (
 )
 from delayjobs.contrib.tasks.discovery import TaskIndex, declared_modules, index
 from delayjobs.contrib.tasks.jobs import UNREGISTERED_RETRY_BASE, UNREGISTERED_RETRY_CAP
+from delayjobs.engine.consumer import Consumer
 from delayjobs.exceptions import InvalidJob, JobTimeout
 from delayjobs.execution import UnstorableResult, retry_at_after, run_claimed
-from delayjobs.jobtypes import registry
+from delayjobs.index.keys import due_key
 from delayjobs.models import AttemptOutcome, DelayedJob, JobAttempt, JobStatus
-from delayjobs.redis_store import due_key
+from delayjobs.spec.jobtypes import registry
 from delayjobs.task_index import ForbiddenTaskPath, UnregisteredTask
 from delayjobs.task_jobs import (
     EXCEPTION_CLASS_NOTE,

@@ -23,8 +23,8 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from delayjobs.consumer import Consumer
 from delayjobs.contrib.tasks.compat import InvalidTask, TaskResultDoesNotExist, task_backends
+from delayjobs.engine.consumer import Consumer
 from tests import task_functions, tasks
 
 pytestmark = pytest.mark.django_db(transaction=True)

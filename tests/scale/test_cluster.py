@@ -22,15 +22,9 @@ from typing import Any
 import pytest
 from redis.cluster import RedisCluster
 
-from delayjobs.redis_store import (
-    RedisStore,
-    describe_target,
-    due_key,
-    get_client,
-    get_store,
-    preload_lock_key,
-    wake_channel,
-)
+from delayjobs.index.client import describe_target, get_client
+from delayjobs.index.keys import due_key, preload_lock_key, wake_channel
+from delayjobs.index.store import RedisStore, get_store
 from tests.conftest import ConsumerProcess
 from tests.consumers import check_alive, wait_output
 from tests.faults.harness import JOBS, Batch, Execution, FaultRun, percentiles

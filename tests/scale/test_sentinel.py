@@ -23,7 +23,8 @@ import pytest
 import redis
 from redis.commands.core import Script
 
-from delayjobs.redis_store import ADD_LUA, POP_DUE_LUA, RELEASE_LOCK_LUA, due_key
+from delayjobs.index.keys import due_key
+from delayjobs.index.store import ADD_LUA, POP_DUE_LUA, RELEASE_LOCK_LUA
 from tests.faults.harness import (
     DB_MODE_LINE,
     REDIS_BACK_LINE,

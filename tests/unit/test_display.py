@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.utils import timezone
 
-from delayjobs import display
+from delayjobs.core import display
 
 
 @pytest.mark.parametrize(

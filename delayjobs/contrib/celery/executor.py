@@ -36,15 +36,16 @@ from datetime import timedelta
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError
 
-from delayjobs import clock, transitions
+from delayjobs import transitions
 from delayjobs.contrib.celery import broker
 from delayjobs.contrib.celery.broker import BrokerUnavailable, PublishBackoff
+from delayjobs.core import clock
+from delayjobs.core.logfields import job_fields
 from delayjobs.engine.execution import Running, describe, time_to_run_of
 from delayjobs.engine.executors import ThreadedExecutor
 from delayjobs.engine.inflight import InFlight
 from delayjobs.engine.recorder import Recorder
-from delayjobs.handoff import index_due_soon
-from delayjobs.logfields import job_fields
+from delayjobs.index.handoff import index_due_soon
 from delayjobs.models import DelayedJob
 
 try:

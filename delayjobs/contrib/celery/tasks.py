@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from celery import Task, shared_task
+
 from delayjobs.contrib.celery import worker
 from delayjobs.engine import preloader
 

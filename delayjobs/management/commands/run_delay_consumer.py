@@ -10,12 +10,12 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 
-from delayjobs import metrics
 from delayjobs.conf import settings
+from delayjobs.core import metrics
 from delayjobs.engine.consumer import Consumer
-from delayjobs.jobtypes import registry
 from delayjobs.management import base
 from delayjobs.management.base import checked, configure_logging, flag
+from delayjobs.spec.jobtypes import registry
 
 
 class Command(BaseCommand):

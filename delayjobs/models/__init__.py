@@ -1,0 +1,38 @@
+"""The app's models (layer 0, foundation): the job rows in ``jobs``, the control rows
+(pauses, consumers, API keys) in ``control``. Django loads them from this package; the
+documented paths are ``delayjobs.models.<Name>``, and migration 0001 names
+``delayjobs.models.new_trace_id``.
+"""
+
+from delayjobs.models.control import ApiKey, Consumer, Pause, PauseKind
+from delayjobs.models.jobs import (
+    ACTIVE_STATUSES,
+    FINAL_STATUSES,
+    RETRYABLE_STATUSES,
+    AttemptOutcome,
+    DelayedJob,
+    DelayedJobQuerySet,
+    JobAttempt,
+    JobStatus,
+    WriteDatabaseManager,
+    jobs_database,
+    new_trace_id,
+)
+
+__all__ = [
+    "ACTIVE_STATUSES",
+    "FINAL_STATUSES",
+    "RETRYABLE_STATUSES",
+    "ApiKey",
+    "AttemptOutcome",
+    "Consumer",
+    "DelayedJob",
+    "DelayedJobQuerySet",
+    "JobAttempt",
+    "JobStatus",
+    "Pause",
+    "PauseKind",
+    "WriteDatabaseManager",
+    "jobs_database",
+    "new_trace_id",
+]
