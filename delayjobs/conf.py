@@ -62,7 +62,7 @@ DEFAULTS: dict[str, Any] = {
     # encoding yet break what reads them back (the admin, the HTTP API) with recursion.
     "MAX_PAYLOAD_DEPTH": 64,
     # Where consumers run the jobs they claim: "local" (their own thread pool) or
-    # "celery" (a Celery task per job, run by Celery's workers; see celery_executor).
+    # "celery" (a Celery task per job, run by Celery's workers; delayjobs.contrib.celery).
     "EXECUTOR": "local",
     # How far ahead a job may be scheduled (a run_at, or now plus a delay). Far-future
     # dates are mistakes (a year 9999 breaks the admin's date hierarchy) and near the end

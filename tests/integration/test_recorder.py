@@ -6,10 +6,10 @@ import threading
 from datetime import timedelta
 
 import pytest
-from delayjobs.recorder import Recorder
 from django.utils import timezone
 
 import delayjobs
+from delayjobs.engine.recorder import Recorder
 from delayjobs.models import AttemptOutcome, DelayedJob, JobAttempt, JobStatus
 from delayjobs.spec.jobtypes import registry
 from delayjobs.transitions import Outcome, claim
