@@ -217,9 +217,9 @@ DESERIALIZERS |= {"jsonpickle", "copyreg", "pydoc"}
 #: Callables that import or run code named by a string.
 DYNAMIC_CODE = {"import_string", "import_module", "__import__", "eval", "exec", "locate"}
 DYNAMIC_CODE |= {"autodiscover_modules"}
-#: The only dynamic imports allowed, both of module names fixed in the code, never read
-#: from data: the lazy re-export of the public API (names in ``delayjobs._EXPORTS``), and
-#: Django's autodiscovery of every installed app's ``delay_jobs`` module.
+#: The only dynamic imports allowed, each of module names fixed in the code, never read
+#: from data: the lazy re-export of the public API (names in ``delayjobs._EXPORTS``),
+#: Django's autodiscovery of every installed app's ``delay_jobs`` module, and the rest below.
 ALLOWED_DYNAMIC_CODE = sorted(
     [
         ("__init__.py", "from importlib import import_module"),
@@ -233,6 +233,10 @@ ALLOWED_DYNAMIC_CODE = sorted(
         ("contrib/tasks/discovery.py", "from importlib import import_module"),
         ("contrib/tasks/discovery.py", "import_module(name)"),
         ("contrib/tasks/discovery.py", "import_module(module_name)"),
+        # The executor a consumer runs with: a key of EXECUTOR_PATHS, whose dotted paths
+        # are fixed in the code (the EXECUTOR setting and --executor only pick a key).
+        ("engine/executors.py", "from django.utils.module_loading import import_string"),
+        ("engine/executors.py", "import_string(EXECUTOR_PATHS[name])"),
     ]
 )
 
@@ -578,7 +582,7 @@ def call_in_project(env: dict[str, str], call: str) -> Any:
     code = (
         "import json, django\n"
         "django.setup()\n"
-        "from tests import test_access\n"
+        "from tests.integration import test_access\n"
         f"print(json.dumps(test_access.{call}))\n"
     )
     return json.loads(run_python(["-c", code], env).splitlines()[-1])

@@ -43,8 +43,9 @@ from delayjobs.contrib.tasks.compat import (
 from delayjobs.contrib.tasks.discovery import TaskIndex, declared_modules, index
 from delayjobs.contrib.tasks.jobs import UNREGISTERED_RETRY_BASE, UNREGISTERED_RETRY_CAP
 from delayjobs.engine.consumer import Consumer
+from delayjobs.engine.execution import retry_at_after, run_claimed
 from delayjobs.exceptions import InvalidJob, JobTimeout
-from delayjobs.execution import UnstorableResult, retry_at_after, run_claimed
+from delayjobs.execution import UnstorableResult
 from delayjobs.index.keys import due_key
 from delayjobs.models import AttemptOutcome, DelayedJob, JobAttempt, JobStatus
 from delayjobs.spec.jobtypes import registry
