@@ -5,14 +5,8 @@ one setting each live in ``settings`` and ``redis``, the checks Django runs in `
 they import spec and foundation modules only.
 """
 
-from delayjobs.checks.registered import (
-    MAX_CONCURRENCY,
-    MAX_DURATION,
-    MAX_TIMEOUT_SECONDS,
-    check_http_api,
-    check_job_types,
-    check_settings,
-)
+from delayjobs.checks.registered import check_http_api, check_job_types, check_settings
+from delayjobs.checks.settings import MAX_CONCURRENCY, MAX_DURATION, MAX_TIMEOUT_SECONDS
 
 __all__ = [
     "MAX_CONCURRENCY",

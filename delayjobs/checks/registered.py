@@ -13,9 +13,6 @@ from django.core.exceptions import ImproperlyConfigured
 
 from delayjobs.checks.redis import check_redis
 from delayjobs.checks.settings import (
-    MAX_CONCURRENCY,
-    MAX_DURATION,
-    MAX_TIMEOUT_SECONDS,
     check_ahead,
     check_durations,
     check_limits,
@@ -24,15 +21,6 @@ from delayjobs.checks.settings import (
 )
 from delayjobs.conf import DEFAULTS, raw_settings
 from delayjobs.spec.jobtypes import registry, validate_job_type_class
-
-__all__ = [
-    "MAX_CONCURRENCY",
-    "MAX_DURATION",
-    "MAX_TIMEOUT_SECONDS",
-    "check_http_api",
-    "check_job_types",
-    "check_settings",
-]
 
 
 @checks.register("delayjobs")
