@@ -8,9 +8,10 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from delayjobs.api import pauses
 from delayjobs.conf import settings
 from delayjobs.core import clock
+from delayjobs.core.paused import Paused
+from delayjobs.core.paused import paused as read_pauses  # "paused" names a local below
 from delayjobs.engine.executors import Executor
 from delayjobs.engine.inflight import InFlight
 from delayjobs.engine.recorder import Recorder
@@ -25,7 +26,7 @@ class PauseView:
 
     def __init__(self, worker_id: str) -> None:
         self.worker_id = worker_id
-        self.current = pauses.Paused()
+        self.current = Paused()
         self._stale = True
         self._next_refresh = 0.0
 
@@ -34,7 +35,7 @@ class PauseView:
 
     def reload(self) -> None:
         """Read them now (a due job was found not claimed: perhaps paused or resumed)."""
-        self.current = pauses.paused()
+        self.current = read_pauses()
 
     def refresh(self) -> None:
         """Re-read the paused queues and job types when told to, or every IDLE_TIMEOUT."""
@@ -43,7 +44,7 @@ class PauseView:
             return
         self._stale = False
         self._next_refresh = now + settings.IDLE_TIMEOUT.total_seconds()
-        paused = pauses.paused()
+        paused = read_pauses()
         if paused != self.current:
             logger.info(
                 "Consumer %s: paused queues %s, job types %s.",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import ClassVar, Protocol
+from typing import ClassVar, Protocol, cast
 
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
@@ -30,9 +30,18 @@ EXECUTOR_PATHS = {
 
 
 class Executor(Protocol):
-    """Runs claimed jobs; what the main loop knows of an executor."""
+    """Runs claimed jobs; all the consumer knows of an executor. A new kind (async, say)
+    implements these and gets a name in EXECUTOR_PATHS; it need not use threads."""
 
     name: ClassVar[str]
+
+    def __init__(
+        self, *, inflight: InFlight, recorder: Recorder, worker_id: str, concurrency: int
+    ) -> None: ...
+
+    @classmethod
+    def prepare(cls, option: str | None) -> None:
+        """Check what the executor needs before anything is claimed (``--celery-app``)."""
 
     def start(self, runnings: list[Running]) -> None:
         """Run these (claimed, registered in flight, in start order)."""
@@ -139,9 +148,16 @@ class LocalExecutor(ThreadedExecutor):
         return timed_out
 
 
-def executor_class(name: str) -> type[ThreadedExecutor]:
+#: What an executor class must offer (the methods of ``Executor``).
+EXECUTOR_METHODS = ("prepare", "start", "hold_off", "poll", "stop")
+
+
+def executor_class(name: str) -> type[Executor]:
     """The class of the executor called ``name`` (a key of EXECUTOR_PATHS)."""
     found = import_string(EXECUTOR_PATHS[name])
-    if not (isinstance(found, type) and issubclass(found, ThreadedExecutor)):
+    if not (
+        isinstance(found, type)
+        and all(callable(getattr(found, method, None)) for method in EXECUTOR_METHODS)
+    ):
         raise ImproperlyConfigured(f"{EXECUTOR_PATHS[name]} is not an executor class.")
-    return found
+    return cast("type[Executor]", found)

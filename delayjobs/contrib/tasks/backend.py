@@ -18,7 +18,7 @@ import json
 import logging
 import sys
 from collections.abc import Iterable, Mapping
-from typing import Any, ClassVar
+from typing import Any
 
 from django.db import transaction
 
@@ -68,8 +68,10 @@ class DelayJobsBackend(DelayJobsBackendBase):
     supports_get_result = True
     # A coroutine task runs in the consumer's worker thread through async_to_sync.
     supports_async_task = True
-    # Without OPTIONS["MAX_ATTEMPTS"], a task gets the django.task job type's attempts.
-    default_max_attempts: ClassVar[int | None] = DjangoTaskJob.max_attempts
+
+    def default_max_attempts(self) -> int | None:
+        # Without OPTIONS["MAX_ATTEMPTS"], a task gets the django.task job type's attempts.
+        return DjangoTaskJob.max_attempts
 
     def enqueue(self, task: Task, args: Iterable[Any], kwargs: Mapping[str, Any]) -> TaskResult:
         self.validate_task(task)

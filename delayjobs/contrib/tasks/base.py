@@ -20,7 +20,7 @@ Task discovery (``discovery``) and the job type (``jobs``) read these settings f
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -34,9 +34,11 @@ OPTION_NAMES = frozenset({"MAX_ATTEMPTS", "MODULES"})
 class DelayJobsBackendBase(BaseTaskBackend):
     """The settings of a delayjobs Tasks backend: ``queues``, ``max_attempts``, ``modules``."""
 
-    #: The attempts when OPTIONS gives no MAX_ATTEMPTS: the ``django.task`` job type's. Set
-    #: by ``backend.DelayJobsBackend``, which knows the job type (``jobs``, above this module).
-    default_max_attempts: ClassVar[int | None]
+    def default_max_attempts(self) -> int | None:
+        """The attempts when OPTIONS gives no MAX_ATTEMPTS: the ``django.task`` job type's,
+        read when the backend is built. ``backend.DelayJobsBackend`` knows the job type
+        (``jobs``, above this module)."""
+        raise NotImplementedError
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
@@ -55,7 +57,7 @@ class DelayJobsBackendBase(BaseTaskBackend):
                 f"{', '.join(sorted(OPTION_NAMES))}; got {self.options!r}."
             )
         self.max_attempts = _max_attempts(
-            alias, options.get("MAX_ATTEMPTS"), self.default_max_attempts
+            alias, options.get("MAX_ATTEMPTS"), self.default_max_attempts()
         )
         modules = options.get("MODULES", [])
         if not isinstance(modules, list | tuple) or not all(isinstance(m, str) for m in modules):
