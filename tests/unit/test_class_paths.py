@@ -44,7 +44,11 @@ def test_the_placeholder_task_keeps_its_module_path() -> None:
     path = "delayjobs.task_jobs.unavailable_task"
     placeholder = task_jobs.unavailable_task
     assert f"{placeholder.__module__}.{placeholder.__qualname__}" == path
-    assert Task(func=placeholder).module_path == path
+    # Every field given: Django 6.0's Task has no defaults for them (the backport has).
+    task = Task(
+        priority=0, func=placeholder, backend="default", queue_name="default", run_after=None
+    )
+    assert task.module_path == path
 
 
 def test_the_documented_backend_paths_name_the_backend() -> None:
