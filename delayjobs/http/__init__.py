@@ -5,5 +5,7 @@ project's URLs. Requests authenticate with an API key (``Authorization: Bearer .
 see ``delayjobs.http.keys``) or a Django session, and need the same permissions as the
 admin's actions. ``openapi.json`` under the mount point describes every endpoint.
 
-Nothing is imported here, so that importing the package touches no model.
+Layer 7 (interfaces): it uses only the public API (``delayjobs.api``, ``spec``, models)
+and never imports the admin. Nothing is imported here, so that importing the package
+touches no model.
 """

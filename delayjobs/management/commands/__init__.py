@@ -1,0 +1,1 @@
+"""One module per command, found by Django by this path (docs/_ext reads it too)."""
