@@ -110,15 +110,20 @@ def celery_app(value: object) -> str:
 
 
 def duration(value: object) -> timedelta:
-    """--older-than: a whole number and a unit, as in 90s, 30m, 12h or 14d."""
-    match = DURATION_PATTERN.fullmatch(value) if isinstance(value, str) else None
-    if match is None:
-        raise ArgumentTypeError(
-            f"use a whole number and a unit (s, m, h or d) as in 90s, 30m, 12h or 14d, "
-            f"got {shown(value)}"
-        )
-    number, unit = match.groups()
-    length = timedelta(**{DURATION_UNITS[unit]: int(number)})
+    """--older-than: a whole number and a unit, as in 90s, 30m, 12h or 14d. A timedelta is
+    one already parsed: call_command parses a required option, then hands handle() the
+    text it was given, so handle() checks it again either way."""
+    if isinstance(value, timedelta):
+        length = value
+    else:
+        match = DURATION_PATTERN.fullmatch(value) if isinstance(value, str) else None
+        if match is None:
+            raise ArgumentTypeError(
+                f"use a whole number and a unit (s, m, h or d) as in 90s, 30m, 12h or 14d, "
+                f"got {shown(value)}"
+            )
+        number, unit = match.groups()
+        length = timedelta(**{DURATION_UNITS[unit]: int(number)})
     if not timedelta(0) < length <= MAX_DURATION:
         raise ArgumentTypeError(
             f"must be more than 0 and at most {MAX_DURATION.days}d, got {shown(value)}"

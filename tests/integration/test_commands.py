@@ -290,6 +290,23 @@ def test_prune_refuses_bad_options_from_call_command(options, says):
     assert remaining() == {job.pk}
 
 
+@pytest.mark.parametrize("older_than", ["1d", "24h"])
+def test_prune_from_call_command_takes_its_age_as_text(older_than):
+    # call_command checks a required option but hands it to handle() as given, unparsed.
+    finished(JobStatus.SUCCEEDED, OLD)  # pruned
+    recent = finished(JobStatus.SUCCEEDED, timedelta(minutes=5))
+    run("prune_delay_jobs", older_than=older_than)
+    assert remaining() == {recent.pk}
+
+
+@pytest.mark.parametrize("older_than", ["0d", "-1d", 5, timedelta(days=1)])
+def test_prune_from_call_command_refuses_an_age_that_is_not_one(older_than):
+    job = finished(JobStatus.SUCCEEDED, OLD)
+    with pytest.raises(CommandError, match="older-than"):
+        run("prune_delay_jobs", older_than=older_than)
+    assert remaining() == {job.pk}
+
+
 # pause_delay_jobs, resume_delay_jobs ------------------------------------------------------
 
 

@@ -112,6 +112,7 @@ class Command(BaseCommand):
         )
         dry_run = flag("--dry-run", dry_run)
         batch_size = checked("--batch-size", base.batch_size, batch_size)
+        older_than = checked("--older-than", base.duration, older_than)
         cutoff = timezone.now() - older_than
         prunable = DelayedJob.objects.filter(status__in=chosen, finished_at__lt=cutoff)
         per_status = dict(
