@@ -146,7 +146,7 @@ class Pruner(threading.Thread):
         from django.db import connection
 
         while not self.stop_event.wait(PRUNE_EVERY):
-            call_command("prune_delay_jobs", older_than=PRUNE_OLDER_THAN, verbosity=0)
+            call_command("prune_delay_jobs", f"--older-than={PRUNE_OLDER_THAN}", verbosity=0)
             self.runs += 1
         connection.close()
 

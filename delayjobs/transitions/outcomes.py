@@ -20,7 +20,7 @@ from delayjobs.core.lanes import IndexEntry
 from delayjobs.models import AttemptOutcome, DelayedJob, JobStatus, jobs_database
 from delayjobs.transitions.bulk import insert_attempts
 from delayjobs.transitions.lanes import index_entry
-from delayjobs.transitions.leases import running_claim
+from delayjobs.transitions.leases import running_claim, running_claims
 
 
 @dataclass(frozen=True)
@@ -95,12 +95,14 @@ def record_outcomes(outcomes: Sequence[Outcome]) -> list[IndexEntry]:
     with transaction.atomic(using=jobs_database()):
         # Clean ends without a result are the common case: one UPDATE per claim they came
         # from and status they end in.
-        ends: dict[tuple[str, int, datetime | None, JobStatus], list[Outcome]] = {}
+        # Plain ends by worker and final status, then by claim: one UPDATE each, fenced
+        # on every claim its rows came from.
+        ends: dict[tuple[str, JobStatus], dict[tuple[int, datetime | None], list[Outcome]]] = {}
         for outcome in outcomes:
             job = outcome.job
             if outcome.succeeded and outcome.result is None:
-                end = (outcome.worker_id, job.attempts, job.claimed_at, outcome.final_status)
-                ends.setdefault(end, []).append(outcome)
+                claims = ends.setdefault((outcome.worker_id, outcome.final_status), {})
+                claims.setdefault((job.attempts, job.claimed_at), []).append(outcome)
             elif outcome.succeeded:
                 running_claim([job.pk], job.attempts, outcome.worker_id, job.claimed_at).update(
                     status=JobStatus.SUCCEEDED,
@@ -113,8 +115,10 @@ def record_outcomes(outcomes: Sequence[Outcome]) -> list[IndexEntry]:
                 retries.append(
                     index_entry(job.pk, job.queue, job.job_type, outcome.retry_at.timestamp())
                 )
-        for (worker_id, attempt, claimed_at, status), ended in ends.items():
-            running_claim([o.job.pk for o in ended], attempt, worker_id, claimed_at).update(
+        for (worker_id, status), claims in ends.items():
+            ended = [outcome for claim in claims.values() for outcome in claim]
+            fence = {claim: [o.job.pk for o in claimed] for claim, claimed in claims.items()}
+            running_claims(fence, worker_id).update(
                 status=status,
                 started_at=_execution_starts(ended),
                 finished_at=recorded_at,

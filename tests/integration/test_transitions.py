@@ -6,6 +6,7 @@ from datetime import datetime, timedelta
 
 import pytest
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 import delayjobs
@@ -435,6 +436,28 @@ def test_outcome_of_an_earlier_claim_with_the_same_attempt_number_is_fenced():
     record_outcomes([outcome(second, "worker-a")])
     job.refresh_from_db()
     assert job.status == JobStatus.SUCCEEDED
+
+
+def test_a_batch_from_several_claims_lands_on_each_claim_in_one_update():
+    """Outcomes of three claims in one recorder batch: one UPDATE for all, still fenced
+    on each row's own claim (a stale one, from a claim since taken over, is not)."""
+    jobs = [due_job() for _ in range(5)]
+    now = timezone.now()
+    first = claim_as("worker-a", [jobs[0].pk, jobs[1].pk], now=now)
+    second = claim_as("worker-a", [jobs[2].pk, jobs[3].pk], now=now + timedelta(seconds=1))
+    [stale] = claim_as("worker-a", [jobs[4].pk], now=now + timedelta(seconds=2))
+    DelayedJob.objects.filter(pk=stale.pk).update(status=JobStatus.SCHEDULED, attempts=0)
+    [current] = claim_as("worker-a", [stale.pk], now=now + timedelta(seconds=3))
+    with CaptureQueriesContext(connection) as queries:
+        record_outcomes([outcome(job, "worker-a") for job in [*first, *second, stale]])
+    updates = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("UPDATE")]
+    assert len(updates) == 1
+    statuses = dict(DelayedJob.objects.values_list("pk", "status"))
+    assert statuses == {
+        **{job.pk: JobStatus.SUCCEEDED for job in [*first, *second]},
+        current.pk: JobStatus.RUNNING,
+    }
+    assert JobAttempt.objects.count() == 5
 
 
 def test_outcome_from_another_worker_with_the_same_attempt_number_is_fenced():
