@@ -225,7 +225,7 @@ def render(result: SoakResult, machine: dict[str, Any]) -> str:
         + (f" (capacity {result.capacity:.0f} jobs/s)" if result.capacity else "")
         + f", one consumer at --concurrency {result.concurrency}, prune_delay_jobs "
         f"--older-than {PRUNE_OLDER_THAN} every {PRUNE_EVERY:.0f} s ({result.prune_runs} runs). "
-        f"Machine: {machine.get('cpu_model', '?')}, {machine.get('cpus', '?')} CPUs.",
+        f"Machine: {machine.get('cpu_model', '?')}, {machine.get('nproc', '?')} CPUs.",
         "",
         "| minute | jobs | p50 ms | p99 ms | max ms | RSS MB | jobs table MB | indexes MB "
         "| attempts MB | dead tuples | autovacuums |",
