@@ -100,8 +100,8 @@ BUDGETS: dict[str, dict[str, dict[str, float]]] = {
             "redis": 3.0,
             "cmds": 3.0,
             "db_fixed": 17,
-            "redis_fixed": 6,
-            "cmds_fixed": 6,
+            "redis_fixed": 8,
+            "cmds_fixed": 8,
         },
         "consume_failure": {
             "db": 5.0,
@@ -150,8 +150,8 @@ BUDGETS: dict[str, dict[str, dict[str, float]]] = {
             "redis": 3.0,
             "cmds": 3.0,
             "db_fixed": 17,
-            "redis_fixed": 6,
-            "cmds_fixed": 6,
+            "redis_fixed": 8,
+            "cmds_fixed": 8,
         },
         "consume_failure": {
             "db": 4.0,
@@ -167,12 +167,12 @@ BUDGETS: dict[str, dict[str, dict[str, float]]] = {
 RATCHET = 0.5
 #: Fixed costs: the same, in round trips per run.
 FIXED_RATCHET = 3
-#: A burst ends with one to three idle turns of the consumer's loop (one Redis pop and one
-#: look at the next due time each), woken by the last release, the recorder and pub/sub:
-#: which of them comes before the loop looks is a race. So a consumer run's Redis figures
-#: may differ from their budget by that much (fixed: TAIL; per job: TAIL / N). Its
-#: database figures are exact.
-TAIL = 6
+#: The consumer's loop makes a few idle turns (one Redis pop and one look at the next due
+#: time each), at the end of a burst and, with retries, elsewhere, woken by the last
+#: release, the recorder or pub/sub: how many is a race. Seen: up to 8 round trips more
+#: or less per run. So a consumer run's Redis figures may differ from their budget by that
+#: much (fixed: TAIL; per job: TAIL / N); its database figures are exact.
+TAIL = 8
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -106,7 +106,7 @@ _SPACES = re.compile(r"\s+")
 _PLACEHOLDER_LIST = re.compile(r"\((?:\s*(?:%s|\?|%\(\w+\)s|-?\d+(?:\.\d+)?)\s*,?)+\)")
 _REPEATED_GROUPS = re.compile(r"(\(\?\))(?:\s*,\s*\(\?\))+")
 _NUMBER = re.compile(r"\b\d+\b")
-_SAVEPOINT = re.compile(r'"s\w+"')
+_SAVEPOINT = re.compile(r'"s\d+_x\d+"')  # Django names savepoints s<thread>_x<n>
 _CASE = re.compile(r"CASE (\S+) (?:WHEN %s THEN %s ?)+END")
 
 
