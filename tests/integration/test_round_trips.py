@@ -125,7 +125,7 @@ BUDGETS: dict[str, dict[str, dict[str, float]]] = {
             "db": 0.0,
             "redis": 0.0,
             "cmds": 0.0,
-            "db_fixed": 5,
+            "db_fixed": 6,
             "redis_fixed": 2,
             "cmds_fixed": 2,
         },
@@ -138,7 +138,7 @@ BUDGETS: dict[str, dict[str, dict[str, float]]] = {
             "cmds_fixed": 4,
         },
         "consume_success": {
-            "db": 4.0,
+            "db": 5.0,
             "redis": 1.0,
             "cmds": 1.0,
             "db_fixed": 17,
@@ -146,7 +146,7 @@ BUDGETS: dict[str, dict[str, dict[str, float]]] = {
             "cmds_fixed": 6,
         },
         "consume_retry": {
-            "db": 4.0,
+            "db": 5.0,
             "redis": 3.0,
             "cmds": 3.0,
             "db_fixed": 17,
@@ -154,7 +154,7 @@ BUDGETS: dict[str, dict[str, dict[str, float]]] = {
             "cmds_fixed": 8,
         },
         "consume_failure": {
-            "db": 4.0,
+            "db": 5.0,
             "redis": 1.0,
             "cmds": 1.0,
             "db_fixed": 17,

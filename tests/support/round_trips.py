@@ -9,7 +9,8 @@ still reaches the real server; they only note what went out, from which thread.
   ``executemany`` is one. Transactions: a COMMIT (or ROLLBACK) of a transaction that is open
   in the driver is one more, and so is its BEGIN where the driver sends it by itself
   (psycopg sends BEGIN before the first statement of a transaction, as a round trip of its
-  own); SQLite's BEGIN is a statement Django sends, counted as such. Not counted: what the
+  own); SQLite's BEGIN is a statement Django sends, counted as such. A COPY on psycopg's
+  own cursor (delayjobs bulk-writes rows so on PostgreSQL) is one. Not counted: what the
   driver does to open a connection (connect, ``SET TIME ZONE``, Django's ``is_usable``
   checks), which does not pass through Django's cursor: a cost per connection, not per job.
 - Redis: a round trip is one write of a request to the server (redis-py's
@@ -225,7 +226,21 @@ def count_round_trips() -> Iterator[RoundTrips]:
 
         return counted
 
+    def copy(original: Callable[..., Any]) -> Callable[..., Any]:
+        def counted(self: Any, statement: Any, *args: Any, **kwargs: Any) -> Any:
+            trips.note(RoundTrip(DB, thread(), sql_shape(str(statement))))
+            return original(self, statement, *args, **kwargs)
+
+        return counted
+
     patch(CursorWrapper, "_execute_with_wrappers", execute)
+    try:
+        import psycopg
+    except ImportError:  # no PostgreSQL driver: no COPY to count
+        pass
+    else:
+        # delayjobs writes rows with COPY on the driver's own cursor, past Django's.
+        patch(psycopg.Cursor, "copy", copy)
     patch(BaseDatabaseWrapper, "_commit", ending("COMMIT"))
     patch(BaseDatabaseWrapper, "_rollback", ending("ROLLBACK"))
     patch(AbstractConnection, "send_command", send_command)
