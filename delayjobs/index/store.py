@@ -13,7 +13,7 @@ import secrets
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from typing import ParamSpec, TypeVar, cast
+from typing import Any, ParamSpec, TypeVar, cast
 
 import redis
 from redis.cluster import RedisCluster
@@ -123,20 +123,28 @@ class RedisStore:
         argv_by_lane: dict[str, list[str]] = defaultdict(list)
         for job_id, lane_name, score in entries:
             argv_by_lane[lane_name] += [repr(float(score)), str(job_id)]
-        if not argv_by_lane:
-            return 0
+        calls = [
+            ([due_key(lane_name), wake_channel(lane_name)], argv[start : start + 2 * SCRIPT_CHUNK])
+            for lane_name, argv in argv_by_lane.items()
+            for start in range(0, len(argv), 2 * SCRIPT_CHUNK)
+        ]
+        if len(calls) == 1:
+            # One call (a schedule(), a retry): sent alone, as one request. In a pipeline,
+            # redis-py would first ask SCRIPT EXISTS, a round trip of its own.
+            keys, chunk = calls[0]
+            return int(self._add_call(self.client, keys, chunk))
         pipe = self.client.pipeline(transaction=False)
-        for lane_name, argv in argv_by_lane.items():
-            keys = [due_key(lane_name), wake_channel(lane_name)]
-            for start in range(0, len(argv), 2 * SCRIPT_CHUNK):
-                chunk = argv[start : start + 2 * SCRIPT_CHUNK]
-                if self._cluster:
-                    # EVAL, not EVALSHA: no node can answer NOSCRIPT (a new or restarted
-                    # master has an empty script cache). Both keys are in the lane's slot.
-                    pipe.execute_command("EVAL", ADD_LUA, len(keys), *keys, *chunk)
-                else:
-                    self._add(keys=keys, args=chunk, client=pipe)
+        for keys, chunk in calls:
+            self._add_call(pipe, keys, chunk)
         return sum(int(n) for n in pipe.execute())
+
+    def _add_call(self, client: Any, keys: list[str], chunk: list[str]) -> Any:
+        if self._cluster:
+            # EVAL, not EVALSHA: no node can answer NOSCRIPT (a new or restarted master
+            # has an empty script cache). Both keys are in the lane's slot.
+            return client.execute_command("EVAL", ADD_LUA, len(keys), *keys, *chunk)
+        # A Script sends EVALSHA and, should the server answer NOSCRIPT, loads it again.
+        return self._add(keys=keys, args=chunk, client=client)
 
     @_redis_errors
     def remove(self, entries: Iterable[IndexEntry]) -> None:

@@ -93,6 +93,20 @@ def test_add_takes_a_batch_larger_than_lua_can_unpack_at_once(store):
     assert store.next_due(["default"]) == 1001.0
 
 
+@pytest.mark.parametrize(
+    "entries",
+    [[(1, "a", 1.0)], [(1, "a", 1.0), (2, "b", 2.0)]],
+    ids=["one call, sent alone", "several lanes, pipelined"],
+)
+def test_add_loads_its_script_again_on_a_server_that_forgot_it(store, redis_client, entries):
+    """A restarted or promoted Redis has an empty script cache: NOSCRIPT, then load."""
+    redis_client.script_flush()
+    assert store.add(entries) == len(entries)
+    assert {pk for pk, _lane, _score in entries} == set(store.members("a")) | set(
+        store.members("b")
+    )
+
+
 def test_remove_drops_only_the_given_members(store):
     store.add([(1, "a", 1.0), (2, "a", 2.0), (3, "b", 3.0)])
     store.remove([(1, "a", 1.0), (3, "b", 0.0), (99, "c", 0.0)])

@@ -65,8 +65,8 @@ BUDGETS: dict[str, dict[str, dict[str, float]]] = {
     "sqlite": {
         "schedule": {
             "db": 1.0,
-            "redis": 2.0,
-            "cmds": 2.0,
+            "redis": 1.0,
+            "cmds": 1.0,
             "db_fixed": 0,
             "redis_fixed": 0,
             "cmds_fixed": 0,
@@ -97,8 +97,8 @@ BUDGETS: dict[str, dict[str, dict[str, float]]] = {
         },
         "consume_retry": {
             "db": 5.0,
-            "redis": 3.0,
-            "cmds": 3.0,
+            "redis": 2.0,
+            "cmds": 2.0,
             "db_fixed": 17,
             "redis_fixed": 8,
             "cmds_fixed": 8,
@@ -115,8 +115,8 @@ BUDGETS: dict[str, dict[str, dict[str, float]]] = {
     "postgresql": {
         "schedule": {
             "db": 1.0,
-            "redis": 2.0,
-            "cmds": 2.0,
+            "redis": 1.0,
+            "cmds": 1.0,
             "db_fixed": 0,
             "redis_fixed": 0,
             "cmds_fixed": 0,
@@ -147,8 +147,8 @@ BUDGETS: dict[str, dict[str, dict[str, float]]] = {
         },
         "consume_retry": {
             "db": 5.0,
-            "redis": 3.0,
-            "cmds": 3.0,
+            "redis": 2.0,
+            "cmds": 2.0,
             "db_fixed": 17,
             "redis_fixed": 8,
             "cmds_fixed": 8,
