@@ -3,8 +3,9 @@ every system.
 
 Every system's benchmark job calls :func:`job`: :func:`benchmarks.records.record` first
 (so that the start, and lateness, mean what they meant before bodies existed), then the
-body named by ``DELAYJOBS_BENCH_BODY`` (read once per process; the driver sets it and
-every consumer process inherits it):
+body, then :func:`benchmarks.records.record_end` (a start without an end is a body that
+failed: the workloads count them). The body is the one named by ``DELAYJOBS_BENCH_BODY``
+(read once per process; the driver sets it and every consumer process inherits it):
 
 - ``noop``: nothing more;
 - ``redis``: one ``RPUSH`` of the job id, on this module's own redis-py client (one per
@@ -31,7 +32,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 
 from benchmarks.environment import BODY_ENV, HTTP_ADDRESS_ENV, REDIS_URL_ENV
-from benchmarks.records import record
+from benchmarks.records import record, record_end
 
 BODIES = ("noop", "redis", "orm", "http", "sleep10")
 DEFAULT = "noop"
@@ -51,9 +52,10 @@ _lock = threading.Lock()
 
 
 def job(job_id: int, run_at: float) -> None:
-    """What every system's benchmark job does: record its start, then the body."""
+    """What every system's benchmark job does: record its start, the body, its end."""
     record(job_id, run_at)
     run(job_id)
+    record_end(job_id)
 
 
 def run(job_id: int) -> None:

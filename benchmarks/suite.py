@@ -40,7 +40,7 @@ WORKLOADS = ("W1", "W2", "W3", "W4", "W5")
 DEBIAN_REDIS = "/usr/bin/redis-server"
 HARD_LIMIT = 900  # seconds for one run of one workload, whatever happens
 # Summed over runs rather than a median: one lost job is one too many.
-TOTALS = ("missing", "duplicates", "early", "far_executed_early")
+TOTALS = ("missing", "duplicates", "early", "unfinished", "far_executed_early")
 TARGETS = {
     "W1 p99 <= 1 ms": ("W1", ("lateness_ms", "p99"), "<=", 1.0),
     "W1 max <= 5 ms": ("W1", ("lateness_ms", "max"), "<=", 5.0),
@@ -168,7 +168,10 @@ def _brief(result: dict[str, Any]) -> str:
         parts.append(
             f"lateness p50 {_fmt(late['p50'])} p99 {_fmt(late['p99'])} max {_fmt(late['max'])} ms"
         )
-        parts.append(f"missing {result['missing']} dup {result['duplicates']}")
+        parts.append(
+            f"missing {result['missing']} dup {result['duplicates']} "
+            f"unfinished {result.get('unfinished', 0)}"
+        )
     if result.get("jobs_per_second"):
         parts.append(f"{result['jobs_per_second']:,.0f} jobs/s")
     if "single_per_second" in result:
@@ -224,10 +227,11 @@ def _lateness(entry: dict[str, Any], workload: str, keys: Sequence[str]) -> str:
 
 
 def _faults(entry: dict[str, Any]) -> str:
-    totals = [0, 0, 0]
+    """missing / duplicate / early / unfinished executions, over W1, W2 and W4."""
+    totals = [0, 0, 0, 0]
     for workload in ("W1", "W2", "W4"):
         median = entry.get("workloads", {}).get(workload, {}).get("median", {})
-        for index, key in enumerate(("missing", "duplicates", "early")):
+        for index, key in enumerate(("missing", "duplicates", "early", "unfinished")):
             totals[index] += median.get(key) or 0
         totals[2] += median.get("far_executed_early") or 0
     return " / ".join(str(value) for value in totals)
@@ -282,7 +286,7 @@ def _body_section(body: str, entries: list[dict[str, Any]]) -> list[str]:
         "| system | W1 lateness ms p50 / p95 / p99 / max | W2 drain s | W2 jobs/s "
         "| W2 vs Celery | W2 lateness ms p50 / max | W3 `schedule()`/s | W3 bulk/s "
         "| W4 near lateness ms p50 / p99 / max | W4 consumer memory MB | W5 pass ms "
-        "| missing / duplicate / early |",
+        "| missing / duplicate / early / unfinished |",
         "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
     ]
     for entry in entries:
@@ -406,8 +410,8 @@ def _targets(entries: list[dict[str, Any]]) -> list[str]:
         )
     faults = _faults(ours)
     lines.append(
-        f"| no missing / duplicate / early | {faults} | "
-        f"{'yes' if faults == '0 / 0 / 0' else '**no**'} |"
+        f"| no missing / duplicate / early / unfinished | {faults} | "
+        f"{'yes' if faults == '0 / 0 / 0 / 0' else '**no**'} |"
     )
     return [*lines, ""]
 

@@ -4,7 +4,8 @@ Every timed workload starts from empty data, starts the system's consumers, wait
 each consumer process has run a ping job (so that start-up is not measured), schedules,
 and waits (polling the record files) until every job ran or its deadline passed. A job
 that never ran is *missing*; a job that ran twice is a *duplicate*; a job that started
-before its ``run_at`` is *early*. Lateness is taken from each job's first execution.
+before its ``run_at`` is *early*; an execution whose body did not return (no end record) is
+*unfinished*. Lateness is taken from each job's first execution.
 """
 
 from __future__ import annotations
@@ -139,7 +140,8 @@ def consumers(system: System, work_dir: Path) -> Iterator[Consumers]:
 
 
 def outcome(reader: RecordReader, ids: range) -> dict[str, Any]:
-    """Lateness (ms) of each job's first execution, missing, duplicates, early starts."""
+    """Lateness (ms) of each job's first execution, missing, duplicates, early starts,
+    executions whose body did not return."""
     first: dict[int, float] = {}
     counts: Counter[int] = Counter()
     for execution in reader.executions:
@@ -154,6 +156,9 @@ def outcome(reader: RecordReader, ids: range) -> dict[str, Any]:
         "missing": len(ids) - len(first),
         "duplicates": sum(count - 1 for count in counts.values()),
         "early": sum(1 for value in lateness if value < 0),
+        "unfinished": sum(
+            max(0, count - len(reader.ends.get(job_id, ()))) for job_id, count in counts.items()
+        ),
         "lateness_ms": {**harness.lateness_summary(lateness), "min": min(lateness, default=None)},
     }
 
@@ -229,6 +234,10 @@ def _w2_once(system: System, sizes: Sizes, work_dir: Path, lead: float) -> dict[
         result = outcome(run.reader, range(len(jobs)))
     starts = [e.start for e in run.reader.executions if 0 <= e.job_id < len(jobs)]
     drain = max(starts) - due if starts else None
+    # To the last start, as before bodies existed (the end follows it by one body's time at
+    # most); the last end too, for the bodies that do I/O.
+    ends = [end for job_id, times in run.reader.ends.items() if job_id >= 0 for end in times]
+    drain_to_end = max(ends) - due if ends else None
     return {
         **result,
         "complete": complete,
@@ -237,6 +246,7 @@ def _w2_once(system: System, sizes: Sizes, work_dir: Path, lead: float) -> dict[
         "scheduled_after_due": scheduled_late,
         "drain_seconds": drain,
         "jobs_per_second": result["executed"] / drain if drain and complete else None,
+        "drain_to_end_seconds": drain_to_end,
         "peak_memory_mb": run.memory.peak_hwm_mb if run.memory else None,
     }
 
