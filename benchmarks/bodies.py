@@ -4,7 +4,8 @@ every system.
 Every system's benchmark job calls :func:`job`: :func:`benchmarks.records.record` first
 (so that the start, and lateness, mean what they meant before bodies existed), then the
 body, then :func:`benchmarks.records.record_end` (a start without an end is a body that
-failed: the workloads count them). The body is the one named by ``DELAYJOBS_BENCH_BODY``
+failed: the workloads count them; ``noop`` writes no end, so that it stays exactly the job
+of the reports from before bodies existed). The body is the one named by ``DELAYJOBS_BENCH_BODY``
 (read once per process; the driver sets it and every consumer process inherits it):
 
 - ``noop``: nothing more;
@@ -54,8 +55,15 @@ _lock = threading.Lock()
 def job(job_id: int, run_at: float) -> None:
     """What every system's benchmark job does: record its start, the body, its end."""
     record(job_id, run_at)
-    run(job_id)
-    record_end(job_id)
+    body = _body or _load()
+    if body is not _nothing:
+        body(job_id)
+        record_end(job_id)
+
+
+def records_ends() -> bool:
+    """Whether the selected body's jobs write end records (all but ``noop``)."""
+    return selected() != "noop"
 
 
 def run(job_id: int) -> None:
@@ -83,11 +91,12 @@ def _load() -> Body:
 # The bodies -----------------------------------------------------------------------------
 
 
-def _noop() -> Body:
-    def noop(job_id: int) -> None:
-        return None
+def _nothing(job_id: int) -> None:
+    return None
 
-    return noop
+
+def _noop() -> Body:
+    return _nothing
 
 
 def _sleep10() -> Body:

@@ -148,4 +148,7 @@ def test_a_start_without_an_end_is_an_unfinished_execution(tmp_path, monkeypatch
     reader = records.RecordReader(tmp_path)
     assert reader.poll() == 2
     assert reader.ends.keys() == {1}
+    monkeypatch.setenv(BODY_ENV, "redis")
     assert outcome(reader, range(3))["unfinished"] == 1
+    monkeypatch.setenv(BODY_ENV, "noop")  # writes no ends: as before bodies existed
+    assert outcome(reader, range(3))["unfinished"] == 0
