@@ -12,7 +12,11 @@ Workloads, each run ``--runs`` times (medians reported), from a clean database a
 Jobs are created through the public API; the consumer is ``manage.py run_delay_consumer``
 in a subprocess; every number comes from the ``JobAttempt`` rows delayjobs writes itself.
 
-Usage, from the repository root: ``python -m benchmarks.core [--runs 3] [--concurrency 10]``.
+Each job runs the body chosen with ``--body`` (``benchmarks.bodies``; default ``noop``,
+nothing at all).
+
+Usage, from the repository root: ``python -m benchmarks.core [--runs 3] [--concurrency 10]
+[--body noop|redis|orm|http|sleep10]``.
 Results: a Markdown table on stdout, and ``benchmarks/results/core-latest.{json,md}``.
 """
 
@@ -29,7 +33,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from benchmarks import harness
+from benchmarks import bodies, harness
 from benchmarks.delay_jobs import BENCH_JOB_TYPE, BENCH_QUEUE
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -52,6 +56,7 @@ class Config:
     timeout_seconds: float = 180.0
     conn_max_age: str = "0"  # Django's default; "none" for persistent connections
     durable: bool = True  # PostgreSQL flushes each commit to disk, as in production
+    body: str = bodies.DEFAULT  # what each job does (benchmarks.bodies)
     output_dir: Path = RESULTS_DIR
 
 
@@ -306,7 +311,8 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"CONN_MAX_AGE {config['conn_max_age']} · PostgreSQL "
         f"{'durable (fsync on)' if config['durable'] else 'fsync off'} · 1-min load average "
         f"{load_before} before, {load_after} after · "
-        f"medians of {config['runs']} run(s), one consumer process",
+        f"medians of {config['runs']} run(s), one consumer process · job body "
+        f"`{config.get('body', bodies.DEFAULT)}`",
         "",
         *_timed_table(report["workloads"]),
         *_schedule_table(report["scheduling"]),
@@ -436,6 +442,14 @@ def parse_args(argv: Sequence[str] | None = None) -> Config:
         dest="durable",
         help="run PostgreSQL without fsync (faster, unlike production; default: durable)",
     )
+    parser.add_argument(
+        "--body",
+        choices=bodies.BODIES,
+        default=bodies.DEFAULT,
+        help="what each job does: "
+        + "; ".join(f"{name}: {text}" for name, text in bodies.DESCRIBE.items())
+        + f" (default {bodies.DEFAULT})",
+    )
     parser.add_argument("--output-dir", type=Path, default=RESULTS_DIR)
     args = parser.parse_args(argv)
     return Config(
@@ -448,6 +462,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Config:
         schedule_jobs=args.schedule_jobs,
         conn_max_age=args.conn_max_age,
         durable=args.durable,
+        body=args.body,
         output_dir=args.output_dir,
     )
 
@@ -455,6 +470,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Config:
 def main(argv: Sequence[str] | None = None) -> int:
     config = parse_args(argv)
     os.environ[harness.CONN_MAX_AGE_ENV] = config.conn_max_age
+    bodies.select(config.body)
     with (
         harness.services(durable=config.durable),
         tempfile.TemporaryDirectory(prefix="delayjobs-bench-") as tmp,
@@ -467,7 +483,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             flush=True,
         )
         _warn_if_busy(machine["load_average_at_start"][0], machine["nproc"] or 1)
-        timed, scheduling = run_all(config, Path(tmp))
+        with bodies.prepared([config.body]):
+            timed, scheduling = run_all(config, Path(tmp))
     machine["load_average_at_end"] = harness.load_average()
     report = build_report(config, machine, timed, scheduling)
     markdown = render_markdown(report)

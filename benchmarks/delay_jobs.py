@@ -15,7 +15,8 @@ BENCH_QUEUE = "bench"
 
 @delayjobs.register
 class BenchNoop(delayjobs.JobType):
-    """Does nothing: what is measured is delayjobs' own overhead and timing.
+    """``benchmarks.core``'s job: the selected body only (nothing for ``noop``, the
+    default), so that what is measured is delayjobs' own overhead and timing.
 
     delayjobs records each execution's start, end and lateness in ``JobAttempt``.
     """
@@ -25,7 +26,9 @@ class BenchNoop(delayjobs.JobType):
     max_attempts = 1
 
     def execute(self, job: DelayedJob) -> None:
-        return None
+        from benchmarks.bodies import run
+
+        run(job.pk)
 
 
 RECORD_JOB_TYPE = "bench.record"
@@ -33,13 +36,14 @@ RECORD_JOB_TYPE = "bench.record"
 
 @delayjobs.register
 class BenchRecord(delayjobs.JobType):
-    """The comparison suite's job: records its start like every other system's job."""
+    """The comparison suite's job: records its start, then runs the selected body, like
+    every other system's job."""
 
     name = RECORD_JOB_TYPE
     queue = BENCH_QUEUE
     max_attempts = 1
 
     def execute(self, job: DelayedJob) -> None:
-        from benchmarks.records import record
+        from benchmarks.bodies import job as bench_job
 
-        record(job.payload["i"], job.payload["t"])
+        bench_job(job.payload["i"], job.payload["t"])

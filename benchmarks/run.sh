@@ -4,6 +4,7 @@
 # runs the comparison suite, which starts its own PostgreSQL and Redis on 127.0.0.1:
 #   benchmarks/run.sh [--systems delayjobs celery ...] [--workloads W1 ...] [--runs N]
 #                     [--quick] [--output-dir DIR] [--config celery=prefork-2]
+#                     [--body noop|redis|orm|http|sleep10 | --bodies NAME ...]
 #   benchmarks/run.sh core [...]    # the older delayjobs-only benchmark (benchmarks/core.py)
 #   benchmarks/run.sh probe schedule|memory   # why two columns are not led (benchmarks/probes.py)
 # Env: PYTHON (default python3), VENV (default .venv-bench)

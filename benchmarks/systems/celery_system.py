@@ -13,8 +13,7 @@ from typing import Any, ClassVar
 
 from celery import Celery
 
-from benchmarks import harness
-from benchmarks.records import record
+from benchmarks import bodies, harness
 from benchmarks.systems.base import Job, System, aware, script
 
 QUEUE = "bench"
@@ -28,9 +27,9 @@ app.conf.update(
 )
 
 
-@app.task(name="bench.noop")
-def noop(job_id: int, run_at: float) -> None:
-    record(job_id, run_at)
+@app.task(name="bench.work")
+def work(job_id: int, run_at: float) -> None:
+    bodies.job(job_id, run_at)
 
 
 # Flags that take work off the workers that a benchmark does not need: no remote control
@@ -63,14 +62,14 @@ class CelerySystem(System):
         harness.flush_redis()
 
     def schedule_one(self, job: Job) -> None:
-        noop.apply_async(job, eta=aware(job[1]))
+        work.apply_async(job, eta=aware(job[1]))
 
     def schedule_many(self, jobs: Sequence[Job]) -> None:
         # No bulk call for ETA tasks in Celery (a group was slower, measured): one producer,
         # and so one connection, for all the messages.
         with app.producer_or_acquire() as producer:
             for job in jobs:
-                noop.apply_async(job, eta=aware(job[1]), producer=producer)
+                work.apply_async(job, eta=aware(job[1]), producer=producer)
 
     @property
     def executors(self) -> int:

@@ -14,8 +14,7 @@ from typing import Any, ClassVar
 
 from huey import RedisHuey
 
-from benchmarks import harness
-from benchmarks.records import record
+from benchmarks import bodies, harness
 from benchmarks.systems.base import Job, System, aware, script
 
 huey = RedisHuey(
@@ -26,8 +25,8 @@ huey = RedisHuey(
 
 
 @huey.task()
-def noop(job_id: int, run_at: float) -> None:
-    record(job_id, run_at)
+def work(job_id: int, run_at: float) -> None:
+    bodies.job(job_id, run_at)
 
 
 class HueySystem(System):
@@ -53,11 +52,11 @@ class HueySystem(System):
         harness.flush_redis()
 
     def schedule_one(self, job: Job) -> None:
-        noop.schedule(args=job, eta=aware(job[1]))
+        work.schedule(args=job, eta=aware(job[1]))
 
     def schedule_many(self, jobs: Sequence[Job]) -> None:
         for job in jobs:
-            noop.schedule(args=job, eta=aware(job[1]))
+            work.schedule(args=job, eta=aware(job[1]))
 
     @property
     def executors(self) -> int:

@@ -14,8 +14,7 @@ from typing import Any, ClassVar
 
 from procrastinate import App, PsycopgConnector
 
-from benchmarks import harness
-from benchmarks.records import record
+from benchmarks import bodies, harness
 from benchmarks.systems.base import Job, System, aware, python
 
 DATABASE = "procrastinate"
@@ -32,9 +31,9 @@ def conninfo(database: str = DATABASE) -> str:
 app = App(connector=PsycopgConnector(conninfo=conninfo()))
 
 
-@app.task(name="bench.noop")
-def noop(i: int, t: float) -> None:
-    record(i, t)
+@app.task(name="bench.work")
+def work(i: int, t: float) -> None:
+    bodies.job(i, t)
 
 
 class ProcrastinateSystem(System):
@@ -96,13 +95,13 @@ class ProcrastinateSystem(System):
     def schedule_one(self, job: Job) -> None:
         self._open()
         i, t = job
-        noop.configure(schedule_at=aware(t)).defer(i=i, t=t)
+        work.configure(schedule_at=aware(t)).defer(i=i, t=t)
 
     def schedule_many(self, jobs: Sequence[Job]) -> None:
         # batch_defer gives every job the same schedule_at; the job manager call under it
         # takes jobs with their own, in one INSERT.
         self._open()
-        template = noop.configure().job
+        template = work.configure().job
         batch = [
             template.evolve(task_kwargs={"i": i, "t": t}, scheduled_at=aware(t)) for i, t in jobs
         ]

@@ -13,15 +13,14 @@ from collections.abc import Sequence
 from importlib.metadata import version
 from typing import Any, ClassVar
 
-from benchmarks import harness
-from benchmarks.records import record
+from benchmarks import bodies, harness
 from benchmarks.systems.base import Job, System, aware, script
 
 QUEUE = "bench"
 
 
-def noop(job_id: int, run_at: float) -> None:
-    record(job_id, run_at)
+def work(job_id: int, run_at: float) -> None:
+    bodies.job(job_id, run_at)
 
 
 class RQSystem(System):
@@ -60,13 +59,13 @@ class RQSystem(System):
         harness.flush_redis()
 
     def schedule_one(self, job: Job) -> None:
-        self.queue.enqueue_at(aware(job[1]), noop, *job, result_ttl=0)
+        self.queue.enqueue_at(aware(job[1]), work, *job, result_ttl=0)
 
     def schedule_many(self, jobs: Sequence[Job]) -> None:
         # No bulk scheduling call in RQ; enqueue_at takes a pipeline: one round trip.
         with self.queue.connection.pipeline() as pipe:
             for job in jobs:
-                self.queue.enqueue_at(aware(job[1]), noop, *job, result_ttl=0, pipeline=pipe)
+                self.queue.enqueue_at(aware(job[1]), work, *job, result_ttl=0, pipeline=pipe)
             pipe.execute()
 
     @property
