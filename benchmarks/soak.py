@@ -8,7 +8,8 @@ rows, read before the pruning deletes them), the consumer's RSS, and the jobs ta
 indexes' size with their dead tuples: p99 drift from the first minute to the last, RSS
 flat or growing, and how much bloat autovacuum leaves behind.
 
-Usage: ``python -m benchmarks.soak [--minutes 10] [--rate JOBS_PER_S | --fraction 0.7]``.
+Usage: ``python -m benchmarks.soak [--minutes 10] [--rate JOBS_PER_S | --fraction 0.7]
+[--body noop|redis|orm|http|sleep10]``.
 Without ``--rate`` it first measures W2 capacity (a burst of 20,000 due jobs) and runs at
 ``--fraction`` of it. Results: ``benchmarks/results/soak-latest.{json,md}``.
 """
@@ -16,6 +17,7 @@ Without ``--rate`` it first measures W2 capacity (a burst of 20,000 due jobs) an
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import tempfile
 import threading
@@ -25,7 +27,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from benchmarks import core, harness
+from benchmarks import bodies, core, harness
 from benchmarks.delay_jobs import BENCH_JOB_TYPE, BENCH_QUEUE
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -223,7 +225,8 @@ def render(result: SoakResult, machine: dict[str, Any]) -> str:
         "",
         f"{result.minutes} minutes at {result.rate} jobs/s"
         + (f" (capacity {result.capacity:.0f} jobs/s)" if result.capacity else "")
-        + f", one consumer at --concurrency {result.concurrency}, prune_delay_jobs "
+        + f", job body `{bodies.selected()}`, one consumer at --concurrency "
+        f"{result.concurrency}, prune_delay_jobs "
         f"--older-than {PRUNE_OLDER_THAN} every {PRUNE_EVERY:.0f} s ({result.prune_runs} runs). "
         f"Machine: {machine.get('cpu_model', '?')}, {machine.get('nproc', '?')} CPUs.",
         "",
@@ -257,6 +260,7 @@ def main() -> None:
     parser.add_argument("--rate", type=int, help="jobs per second (default: measured)")
     parser.add_argument("--fraction", type=float, default=0.7, help="of measured capacity")
     parser.add_argument("--concurrency", type=int, default=20)
+    parser.add_argument("--body", choices=bodies.BODIES, default=bodies.DEFAULT)
     parser.add_argument("--output-dir", type=Path, default=RESULTS_DIR)
     args = parser.parse_args()
     if args.minutes < 2:
@@ -266,8 +270,10 @@ def main() -> None:
     if not 0 < args.fraction <= 1:
         parser.error("--fraction: between 0 and 1")
     run_dir = Path(tempfile.mkdtemp(prefix="delayjobs-soak-"))
-    with harness.services(durable=True):
+    bodies.select(args.body)
+    with harness.services(durable=True), contextlib.ExitStack() as stack:
         harness.setup_django()
+        stack.enter_context(bodies.prepared([args.body]))
         machine = harness.machine_info()
         capacity = None
         rate = args.rate
