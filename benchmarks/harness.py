@@ -70,13 +70,39 @@ def setup_django() -> None:
     call_command("migrate", verbosity=0, interactive=False)
 
 
+#: W6: the first id of the rows a run adds to pre-filled tables (``keep_prefilled``);
+#: reset_state() then deletes only the rows from it on. None: it empties the tables.
+_first_run_id: int | None = None
+
+
+def keep_prefilled() -> int:
+    """From now on, reset_state() keeps the rows the tables hold now; their count."""
+    global _first_run_id
+    from django.db.models import Max
+
+    from delayjobs.models import DelayedJob
+
+    _first_run_id = (DelayedJob.objects.aggregate(last=Max("id"))["last"] or 0) + 1
+    return _first_run_id - 1
+
+
+def prefilled() -> bool:
+    return _first_run_id is not None
+
+
 def reset_state() -> None:
-    """Empty the job tables and Redis, so that each run starts from nothing."""
+    """Empty the job tables and Redis, so that each run starts from nothing (but for the
+    rows kept by ``keep_prefilled``)."""
     from django.db import connection
 
     from delayjobs.index.client import get_client
     from delayjobs.models import DelayedJob, JobAttempt
 
+    if _first_run_id is not None:
+        JobAttempt.objects.filter(job_id__gte=_first_run_id).delete()
+        DelayedJob.objects.filter(id__gte=_first_run_id).delete()
+        get_client().flushdb()  # the pre-loader puts the pre-filled window back
+        return
     tables = ", ".join(
         connection.ops.quote_name(model._meta.db_table) for model in (JobAttempt, DelayedJob)
     )
