@@ -213,9 +213,15 @@ class DelayedJob(models.Model):
             # (pattern) index per column, which nothing here uses and every write pays for.
             models.Index(fields=["job_type"], name="delayjobs_job_type"),
             models.Index(fields=["queue"], name="delayjobs_queue"),
-            models.Index(fields=["key"], name="delayjobs_key"),
+            # varchar_pattern_ops (PostgreSQL; ignored elsewhere): serves key = ... and the
+            # admin's prefix search, key LIKE 'order:4%', in any collation.
+            models.Index(fields=["key"], name="delayjobs_key", opclasses=["varchar_pattern_ops"]),
             models.Index(fields=["status", "-finished_at"], name="delayjobs_status_finished"),
             models.Index(fields=["content_type", "object_id"], name="delayjobs_object"),
+            # The admin's job list, newest run_at first: unfiltered (and by job type or
+            # queue), and by status; without them each page sorts the whole table.
+            models.Index(fields=["run_at", "id"], name="delayjobs_run_at"),
+            models.Index(fields=["status", "run_at", "id"], name="delayjobs_status_run_at"),
         ]
 
     def __str__(self) -> str:
