@@ -31,7 +31,8 @@ from benchmarks import harness
 
 #: A COUNT of the whole job table: SELECT COUNT(*) ... FROM "delayjobs_delayedjob" and no WHERE.
 WHOLE_TABLE_COUNT = re.compile(
-    r'^SELECT COUNT\(\*\)[^;]*? FROM "delayjobs_delayedjob"(?![^;]*\bWHERE\b)', re.IGNORECASE
+    r'^SELECT COUNT\(\*\)[^;]*? FROM "delayjobs_delayedjob"(?![^;]*\b(?:WHERE|TABLESAMPLE)\b)',
+    re.IGNORECASE,
 )
 TABLE = "delayjobs_delayedjob"
 STATUSES = ("scheduled", "running", "succeeded", "failed", "cancelled", "skipped", "expired")
@@ -86,6 +87,15 @@ def configure() -> None:
     call_command("migrate", verbosity=0, interactive=False)
 
 
+def explain(sql: str) -> str:
+    """EXPLAIN (ANALYZE, BUFFERS) of one captured query (its parameters inlined)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN (ANALYZE, BUFFERS) {sql}")
+        return "\n".join(row[0] for row in cursor.fetchall())
+
+
 @dataclass
 class PageResult:
     page: str
@@ -97,6 +107,8 @@ class PageResult:
     slowest_query_ms: float
     slowest_query: str
     whole_table_counts: int
+    #: The page's queries on delayjobs' tables with their plans (``--explain``).
+    plans: list[str]
 
 
 def pages() -> list[tuple[str, str]]:
@@ -124,7 +136,7 @@ def pages() -> list[tuple[str, str]]:
     return listed
 
 
-def measure(client: Any, name: str, url: str, runs: int) -> PageResult:
+def measure(client: Any, name: str, url: str, runs: int, plans: bool = False) -> PageResult:
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
@@ -150,6 +162,11 @@ def measure(client: Any, name: str, url: str, runs: int) -> PageResult:
         slowest_query_ms=round(float(slowest["time"]) * 1000, 1) if slowest else 0.0,
         slowest_query=slowest["sql"][:300] if slowest else "",
         whole_table_counts=sum(1 for q in captured if WHOLE_TABLE_COUNT.match(q["sql"])),
+        plans=[
+            f"{q['sql']}\n{explain(q['sql'])}"
+            for q in captured
+            if plans and '"delayjobs_' in q["sql"] and not q["sql"].startswith("EXPLAIN")
+        ],
     )
 
 
@@ -166,7 +183,7 @@ def table(results: list[PageResult]) -> str:
     return "\n".join(lines)
 
 
-def run(runs: int) -> list[PageResult]:
+def run(runs: int, plans: bool = False) -> list[PageResult]:
     from django.contrib.auth import get_user_model
     from django.test import Client
 
@@ -177,7 +194,7 @@ def run(runs: int) -> list[PageResult]:
     client = Client()
     client.force_login(user)
     print(f"{TABLE}: planner rows {_rows()}", flush=True)
-    return [measure(client, name, url, runs) for name, url in pages()]
+    return [measure(client, name, url, runs, plans) for name, url in pages()]
 
 
 def _rows() -> int:
@@ -195,11 +212,16 @@ def main() -> None:
     parser.add_argument("--scheduled", type=int, default=100_000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    parser.add_argument(
+        "--explain", action="store_true", help="print each page's query plans (ANALYZE)"
+    )
     args = parser.parse_args()
 
     def measure_all() -> None:
-        results = run(args.runs)
+        results = run(args.runs, args.explain)
         print(table(results), flush=True)
+        for result in results if args.explain else []:
+            print(f"\n### {result.page}\n", *result.plans, sep="\n\n", flush=True)
         if args.json:
             with open(args.json, "w") as out:
                 json.dump([r.__dict__ for r in results], out, indent=2)

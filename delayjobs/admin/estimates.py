@@ -16,6 +16,7 @@ from functools import cached_property
 from typing import Any
 
 from django.conf import settings as django_settings
+from django.core.exceptions import EmptyResultSet
 from django.core.paginator import Paginator
 from django.db import connections
 from django.db.models import Count, Model, QuerySet
@@ -41,7 +42,10 @@ def can_estimate(queryset: QuerySet[Any]) -> bool:
 def planned_rows(queryset: QuerySet[Any]) -> int:
     """The rows the planner expects ``queryset`` (unordered, unsliced) to return."""
     query = queryset.order_by().values("pk").query
-    sql, params = query.sql_with_params()
+    try:
+        sql, params = query.sql_with_params()
+    except EmptyResultSet:  # a condition that matches nothing (pk__in=[])
+        return 0
     with connections[queryset.db].cursor() as cursor:
         cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)
         plan = cursor.fetchone()[0]
