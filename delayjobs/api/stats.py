@@ -304,7 +304,7 @@ def _recent_failures(now: datetime) -> Any:
 
 def _failures_by_outcome(now: datetime) -> dict[str, int]:
     counts = dict.fromkeys((str(outcome) for outcome in FAILURE_OUTCOMES), 0)
-    for row in _recent_failures(now).order_by().values("outcome").annotate(n=Count("id")):
+    for row in _recent_failures(now).order_by().values("outcome").annotate(n=Count("*")):
         counts[row["outcome"]] = row["n"]
     return counts
 

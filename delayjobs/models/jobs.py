@@ -307,6 +307,13 @@ class JobAttempt(models.Model):
             # failures of the last day; without these they would scan the whole history.
             models.Index(fields=["started_at"], name="delayjobs_attempt_started"),
             models.Index(fields=["finished_at"], name="delayjobs_attempt_finished"),
+            # The dashboard's failures of the last day (delayjobs.api.stats.FAILURE_OUTCOMES):
+            # only failed attempts, and the outcome in it, so counting them reads no rows.
+            models.Index(
+                fields=["finished_at", "outcome"],
+                condition=Q(outcome__in=["failed", "retrying", "timed_out", "lease_expired"]),
+                name="delayjobs_attempt_failures",
+            ),
         ]
 
     def __str__(self) -> str:
