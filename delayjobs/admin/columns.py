@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -14,7 +15,7 @@ from django.http import HttpRequest
 from django.urls import NoReverseMatch, reverse
 from django.utils.html import format_html
 from django.utils.text import capfirst
-from django.utils.translation import gettext
+from django.utils.translation import get_language, gettext
 
 from delayjobs.api import pauses
 from delayjobs.core.db import verbose_name
@@ -49,6 +50,13 @@ FINISHED_STARTED_STATUSES = (
 
 def status_badge(status: str, *, paused: bool = False) -> str:
     """A coloured badge of ``status``, and a "paused" one after it if ``paused``."""
+    return _badge(status, paused, get_language())
+
+
+@functools.lru_cache(maxsize=256)
+def _badge(status: str, paused: bool, language: str | None) -> str:
+    # Cached: a list shows the same few badges a hundred times; the language is part of
+    # the key because the labels are translated.
     badge = format_html(
         '<span style="{}">{}</span>',
         BADGE_STYLE.format(STATUS_COLOURS.get(status, "#444")),

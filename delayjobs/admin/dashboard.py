@@ -18,9 +18,10 @@ from django.template.response import TemplateResponse
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
+from delayjobs.admin import estimates
 from delayjobs.api import stats
 from delayjobs.core import display
-from delayjobs.models import JobStatus
+from delayjobs.models import DelayedJob, JobStatus
 
 TEMPLATE = "delayjobs/dashboard.html"
 
@@ -121,8 +122,43 @@ def due_chart(figures: stats.Stats) -> DueChart:
 @dataclass(frozen=True)
 class JobTypeRow:
     job_type: str
-    counts: list[int]
+    counts: list[int | str]
     paused: bool
+
+
+def job_counts() -> stats.JobCounts:
+    """The counts of jobs by job type and status, without a ``COUNT(*)`` of a large table.
+
+    On PostgreSQL past ``estimates.estimate_above()`` rows (the planner's figure), a page
+    sample of the table (``TABLESAMPLE``) estimates the large statuses; the statuses it
+    finds small are counted exactly, through the (status, run_at, id) index. Elsewhere, or
+    on a smaller table, every count is exact.
+    """
+    jobs = DelayedJob.objects.all()
+    limit = estimates.estimate_above()
+    if limit <= 0 or not estimates.can_estimate(jobs):
+        return stats.exact_counts()
+    total = estimates.table_rows(DelayedJob, jobs.db)
+    if total <= limit:
+        return stats.exact_counts()
+    sampled = estimates.sampled_counts(jobs, ("job_type", "status"), total)
+    per_status = dict.fromkeys(JobStatus.values, 0)
+    for (_job_type, status), n in sampled.items():
+        per_status[status] = per_status.get(status, 0) + n
+    small = [status for status, n in per_status.items() if n <= limit]
+    exact = estimates.exact_counts(jobs, ("job_type", "status"), {"status__in": small})
+    rows = {key: n for key, n in sampled.items() if key[1] not in small} | exact
+    by_job_type, by_status = stats.tabulate((a, b, n) for (a, b), n in rows.items())
+    estimated = tuple(status for status in per_status if status not in small)
+    return by_job_type, by_status, estimated
+
+
+def shown(count: int, estimated: bool) -> int | str:
+    """A count as the page shows it: "≈" before an estimate, rounded to three digits."""
+    if not estimated:
+        return count
+    digits = max(0, len(str(count)) - 3)
+    return f"≈{round(count, -digits):,}"
 
 
 def dashboard_view(request: HttpRequest, model_admin: ModelAdmin[Any]) -> TemplateResponse:
@@ -131,9 +167,10 @@ def dashboard_view(request: HttpRequest, model_admin: ModelAdmin[Any]) -> Templa
     if not model_admin.has_view_permission(request):
         raise PermissionDenied
     request.current_app = model_admin.admin_site.name  # links stay on a custom AdminSite
-    figures = stats.collect()
+    figures = stats.collect(counts=job_counts)
     paused = figures.paused
     statuses = JobStatus.values
+    estimated = [status in figures.estimated for status in statuses]
     context = {
         **model_admin.admin_site.each_context(request),
         "title": _("Delayed jobs dashboard"),
@@ -141,13 +178,16 @@ def dashboard_view(request: HttpRequest, model_admin: ModelAdmin[Any]) -> Templa
         "figures": figures,
         "chart": due_chart(figures),
         "statuses": [
-            (label, figures.by_status.get(status, 0))
-            for status, label in zip(statuses, JobStatus.labels, strict=True)
+            (label, shown(figures.by_status.get(status, 0), guess))
+            for status, label, guess in zip(statuses, JobStatus.labels, estimated, strict=True)
         ],
         "job_types": [
             JobTypeRow(
                 job_type=name,
-                counts=[counts.get(status, 0) for status in statuses],
+                counts=[
+                    shown(counts.get(status, 0), guess)
+                    for status, guess in zip(statuses, estimated, strict=True)
+                ],
                 paused=name in paused.job_types,
             )
             for name, counts in figures.by_job_type.items()
@@ -159,5 +199,6 @@ def dashboard_view(request: HttpRequest, model_admin: ModelAdmin[Any]) -> Templa
             figures.oldest_overdue.late if figures.oldest_overdue else None
         ),
         "live_within": display.format_duration(stats.LIVE_WITHIN),
+        "estimated": figures.estimated,
     }
     return TemplateResponse(request, TEMPLATE, context)

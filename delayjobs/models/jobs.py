@@ -213,9 +213,15 @@ class DelayedJob(models.Model):
             # (pattern) index per column, which nothing here uses and every write pays for.
             models.Index(fields=["job_type"], name="delayjobs_job_type"),
             models.Index(fields=["queue"], name="delayjobs_queue"),
-            models.Index(fields=["key"], name="delayjobs_key"),
+            # varchar_pattern_ops (PostgreSQL; ignored elsewhere): serves key = ... and the
+            # admin's prefix search, key LIKE 'order:4%', in any collation.
+            models.Index(fields=["key"], name="delayjobs_key", opclasses=["varchar_pattern_ops"]),
             models.Index(fields=["status", "-finished_at"], name="delayjobs_status_finished"),
             models.Index(fields=["content_type", "object_id"], name="delayjobs_object"),
+            # The admin's job list, newest run_at first: unfiltered (and by job type or
+            # queue), and by status; without them each page sorts the whole table.
+            models.Index(fields=["run_at", "id"], name="delayjobs_run_at"),
+            models.Index(fields=["status", "run_at", "id"], name="delayjobs_status_run_at"),
         ]
 
     def __str__(self) -> str:
@@ -301,6 +307,13 @@ class JobAttempt(models.Model):
             # failures of the last day; without these they would scan the whole history.
             models.Index(fields=["started_at"], name="delayjobs_attempt_started"),
             models.Index(fields=["finished_at"], name="delayjobs_attempt_finished"),
+            # The dashboard's failures of the last day (delayjobs.api.stats.FAILURE_OUTCOMES):
+            # only failed attempts, and the outcome in it, so counting them reads no rows.
+            models.Index(
+                fields=["finished_at", "outcome"],
+                condition=Q(outcome__in=["failed", "retrying", "timed_out", "lease_expired"]),
+                name="delayjobs_attempt_failures",
+            ),
         ]
 
     def __str__(self) -> str:

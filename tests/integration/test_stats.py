@@ -153,7 +153,7 @@ def pinned(monkeypatch) -> datetime:
     """
     now = timezone.now()
     collect = stats.collect
-    monkeypatch.setattr(stats, "collect", lambda at=None: collect(at or now))
+    monkeypatch.setattr(stats, "collect", lambda at=None, **kwargs: collect(at or now, **kwargs))
     return now
 
 
