@@ -68,6 +68,10 @@ DEFAULTS: dict[str, Any] = {
     # dates are mistakes (a year 9999 breaks the admin's date hierarchy) and near the end
     # of the calendar, arithmetic on them overflows.
     "MAX_SCHEDULE_AHEAD": timedelta(days=36525),
+    # Past this many rows (the planner's estimate, PostgreSQL only), the admin's job list
+    # shows the estimate instead of counting every row on each page load, and the
+    # dashboard counts from a sample. 0: always count exactly.
+    "ADMIN_ESTIMATE_ABOVE": 10_000,
 }
 
 EXECUTORS = ("local", "celery")

@@ -2,10 +2,10 @@
 list is large, an exact ``COUNT(*)`` when it is small or the database is another one.
 
 A ``COUNT(*)`` reads every row it counts: on a table of ten million finished jobs that is
-seconds, on every page load of the admin. Past ``ESTIMATE_ABOVE`` rows (the planner's own
-estimate, from ``EXPLAIN``: a millisecond) the admin shows that estimate instead; below it
-the exact count is cheap and shown. ``ADMIN_ESTIMATE_ABOVE`` in ``DELAYJOBS`` changes the
-threshold (0 or less: always exact).
+seconds, on every page load of the admin. Past ``ADMIN_ESTIMATE_ABOVE`` rows (the planner's own
+estimate, from ``EXPLAIN``: a millisecond; a ``DELAYJOBS`` setting, 10,000 by default) the
+admin shows that estimate instead; below it the exact count is cheap and shown (0: always
+exact).
 """
 
 from __future__ import annotations
@@ -15,14 +15,13 @@ from collections.abc import Iterable
 from functools import cached_property
 from typing import Any
 
-from django.conf import settings as django_settings
 from django.core.exceptions import EmptyResultSet
 from django.core.paginator import Page, Paginator
 from django.db import connections
 from django.db.models import Count, Model, QuerySet
 
-#: Rows above which a list's count is the planner's estimate (PostgreSQL only).
-ESTIMATE_ABOVE = 10_000
+from delayjobs.conf import settings
+
 #: Rows a dashboard sample reads, about (TABLESAMPLE SYSTEM picks whole pages).
 SAMPLE_ROWS = 10_000
 #: The sample's seed: the same pages each time, so they stay cached and the figures do
@@ -31,11 +30,8 @@ SAMPLE_SEED = 18
 
 
 def estimate_above() -> int:
-    """The threshold: ``DELAYJOBS["ADMIN_ESTIMATE_ABOVE"]`` or ESTIMATE_ABOVE.
-
-    Read here until ``delayjobs.conf`` has the setting (issue 18 integration)."""
-    configured = getattr(django_settings, "DELAYJOBS", {}).get("ADMIN_ESTIMATE_ABOVE")
-    return ESTIMATE_ABOVE if configured is None else int(configured)
+    """The threshold: ``DELAYJOBS["ADMIN_ESTIMATE_ABOVE"]`` (checked: delayjobs.E018)."""
+    return int(settings.ADMIN_ESTIMATE_ABOVE)
 
 
 def can_estimate(queryset: QuerySet[Any]) -> bool:

@@ -151,6 +151,20 @@ def check_scalars(config: dict[str, Any]) -> list[checks.CheckMessage]:
                     id="delayjobs.E010",
                 )
             )
+    estimate_above = config.get("ADMIN_ESTIMATE_ABOVE", DEFAULTS["ADMIN_ESTIMATE_ABOVE"])
+    if (
+        not isinstance(estimate_above, int)
+        or isinstance(estimate_above, bool)
+        or estimate_above < 0
+    ):
+        messages.append(
+            checks.Error(
+                f"DELAYJOBS['ADMIN_ESTIMATE_ABOVE'] must be a whole number of rows, 0 or more, "
+                f"got {estimate_above!r}.",
+                hint=f"The default is {DEFAULTS['ADMIN_ESTIMATE_ABOVE']}; 0 always counts exactly.",
+                id="delayjobs.E018",
+            )
+        )
     return messages
 
 

@@ -384,6 +384,18 @@ def test_e016_bad_max_payload_depth(delayjobs_settings, value):
     assert ids(check_settings()) == ["delayjobs.E016"]
 
 
+@pytest.mark.parametrize("value", [-1, "10000", True, None, 1.5])
+def test_e018_bad_admin_estimate_above(delayjobs_settings, value):
+    delayjobs_settings(ADMIN_ESTIMATE_ABOVE=value)
+    assert ids(check_settings()) == ["delayjobs.E018"]
+
+
+@pytest.mark.parametrize("value", [0, 1, 10_000_000])
+def test_admin_estimate_above_may_be_zero_or_any_count(delayjobs_settings, value):
+    delayjobs_settings(ADMIN_ESTIMATE_ABOVE=value)
+    assert check_settings() == []
+
+
 @pytest.mark.parametrize(
     "values",
     [
