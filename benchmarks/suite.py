@@ -114,9 +114,16 @@ def run_system(
     return entry
 
 
+#: W6 (``--prune-during-w1``): each delayjobs W1 run prunes, meanwhile, the next tenth of
+#: the pre-filled finished rows (spread over scale_data.FINISHED_DAYS), oldest first.
+PRUNE_DURING_W1 = {"on": False, "runs": 0}
+
+
 def _one(
     system: System, name: str, sizes: workloads.Sizes, work_dir: Path, rate: float | None
 ) -> dict[str, Any]:
+    if name == "W1" and system.name == "delayjobs" and PRUNE_DURING_W1["on"]:
+        return _w1_while_pruning(system, sizes, work_dir)
     if name == "W1":
         return workloads.w1_spread(system, sizes, work_dir)
     if name == "W2":
@@ -125,6 +132,39 @@ def _one(
     if name == "W3":
         return workloads.w3_scheduling(system, sizes)
     return workloads.w4_far_and_near(system, sizes, work_dir)
+
+
+def _w1_while_pruning(system: System, sizes: workloads.Sizes, work_dir: Path) -> dict[str, Any]:
+    """W1 while ``prune_delay_jobs`` deletes a tenth of the pre-filled finished rows."""
+    import threading
+
+    from django.core.management import call_command
+    from django.db import connection
+
+    from benchmarks.scale_data import FINISHED_DAYS
+    from delayjobs.models import DelayedJob
+
+    PRUNE_DURING_W1["runs"] += 1
+    age = FINISHED_DAYS - FINISHED_DAYS // 10 * PRUNE_DURING_W1["runs"]
+    before = DelayedJob.objects.count()
+    pruned: dict[str, float] = {}
+
+    def prune() -> None:
+        started = time.perf_counter()
+        try:
+            call_command("prune_delay_jobs", f"--older-than={age}d", verbosity=0)
+        finally:
+            pruned["seconds"] = time.perf_counter() - started
+            connection.close()
+
+    pruner = threading.Thread(target=prune, name="w6-pruner")
+    pruner.start()
+    result = workloads.w1_spread(system, sizes, work_dir)
+    pruner.join()
+    result["pruned_rows"] = before - DelayedJob.objects.count()
+    result["prune_seconds"] = pruned.get("seconds")
+    result["prune_older_than_days"] = age
+    return result
 
 
 def _limited(function: Callable[[], dict[str, Any]]) -> dict[str, Any]:
@@ -467,6 +507,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "SCHEDULED scheduled rows) and keep them for every run; W5 then times pre-loader "
         "passes over those rows",
     )
+    parser.add_argument(
+        "--prune-during-w1",
+        action="store_true",
+        help="W6, with --prefill: each delayjobs W1 run prunes a tenth of the pre-filled "
+        "finished rows meanwhile (prune_delay_jobs, oldest first)",
+    )
     parser.add_argument("--output-dir", type=Path, default=RESULTS_DIR)
     parser.add_argument(
         "--quiet-wait",
@@ -478,6 +524,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     args = parser.parse_args(argv)
     args.bodies = args.bodies or [args.body]
+    if args.prune_during_w1 and not args.prefill:
+        parser.error("--prune-during-w1 prunes the rows of --prefill: give both")
+    PRUNE_DURING_W1["on"] = args.prune_during_w1
     return args
 
 
