@@ -12,7 +12,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import traceback
 from collections.abc import Callable, Coroutine
+from functools import partial
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -46,6 +48,23 @@ async def wait_until_async(moment_ns: int) -> None:
         pass
 
 
+def awaiting_stack(task: asyncio.Task[Any]) -> str:
+    """Where ``task`` waits, outermost first: its coroutine and each one it awaits (a
+    task's own ``get_stack`` stops at the outermost). Read from another thread, as a stuck
+    thread's stack is: a moment's picture."""
+    summaries = []
+    awaited: Any = task.get_coro()
+    while awaited is not None:
+        frame = getattr(awaited, "cr_frame", None) or getattr(awaited, "gi_frame", None)
+        if frame is None:
+            break
+        summaries.append(
+            traceback.FrameSummary(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)
+        )
+        awaited = getattr(awaited, "cr_await", None) or getattr(awaited, "gi_yieldfrom", None)
+    return "".join(traceback.format_list(summaries))
+
+
 class EventLoopThread:
     """An asyncio loop in a daemon thread, started by the first ``run``; its tasks by job."""
 
@@ -70,17 +89,18 @@ class EventLoopThread:
     def cancel_timed_out(self) -> None:
         """Cancel the tasks of jobs recorded as timed out (their outcome is recorded
         already: the cancellation frees their slots). Cheap when none is: a look at flags."""
-        loop = self._loop
-        if loop is None:
+        if self._loop is None:
             return
-        timed_out = [
-            task
-            for task, running in tuple(self._tasks.items())
-            if running.timed_out and id(task) not in self._cancelled
-        ]
-        if timed_out:
-            self._cancelled.update(id(task) for task in timed_out)
-            loop.call_soon_threadsafe(self._cancel, timed_out)
+        for task, running in tuple(self._tasks.items()):
+            if running.timed_out:
+                self.cancel(task)
+
+    def cancel(self, task: asyncio.Task[None]) -> None:
+        """Ask ``task`` to stop, once (from any thread)."""
+        loop = self._loop
+        if loop is not None and id(task) not in self._cancelled:
+            self._cancelled.add(id(task))
+            loop.call_soon_threadsafe(task.cancel)
 
     def stop(self) -> None:
         """Cancel what is left (jobs timed out, or never started: the consumer drained
@@ -119,17 +139,14 @@ class EventLoopThread:
             task = loop.create_task(self._coroutine(running))
             self._tasks[task] = running  # also the strong reference a task needs
             task.add_done_callback(self._forget)
+            running.cancel = partial(self.cancel, task)
+            running.stack = partial(awaiting_stack, task)
 
     def _forget(self, task: asyncio.Task[None]) -> None:
         del self._tasks[task]
         self._cancelled.discard(id(task))
         if not task.cancelled() and task.exception() is not None:
             logger.error("Async job task failed", exc_info=task.exception())
-
-    @staticmethod
-    def _cancel(tasks: list[asyncio.Task[None]]) -> None:
-        for task in tasks:
-            task.cancel()
 
     def _stop_soon(self) -> None:
         for task in list(self._tasks):

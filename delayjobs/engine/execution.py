@@ -64,6 +64,10 @@ class Running:
     finished: bool = False  # its thread returned; the outcome is being handed over
     timed_out: bool = False  # recorded as timed out; whatever it returns is ignored
     handed_over: bool = False  # published to Celery: its slot is freed once taken over
+    #: For an async job, a task on the event loop: asks it to stop (from any thread), and
+    #: says where it waits. None for a job in a thread, which cannot be stopped.
+    cancel: Callable[[], None] | None = None
+    stack: Callable[[], str] | None = None
 
 
 def due_ns(job: DelayedJob) -> int:
