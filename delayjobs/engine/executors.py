@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from typing import ClassVar, Protocol, cast
 
 from django.core.exceptions import ImproperlyConfigured
+from django.db import close_old_connections
 from django.utils.module_loading import import_string
 
 from delayjobs.engine.event_loop import EventLoopThread, wait_until_async
@@ -163,7 +164,8 @@ class LocalExecutor(ThreadedExecutor):
         self._loop.run(on_loop)  # one wake-up of the loop for the whole batch
 
     def poll(self) -> float | None:
-        self._loop.cancel_timed_out()
+        if self.inflight.stuck_jobs():  # a time-out: the rare case, when to look at tasks
+            self._loop.cancel_timed_out()
         return None
 
     def stop(self) -> None:
@@ -232,7 +234,10 @@ class LocalExecutor(ThreadedExecutor):
 
         def call(_: object) -> None:
             try:
+                # A worker thread's job queries get request semantics, as in run_claimed.
+                close_old_connections()
                 value = open_attempt()
+                close_old_connections()
             except BaseException as exc:  # Attempt.open never raises; a bug must not hang
                 loop.call_soon_threadsafe(_settle, future, None, exc)
             else:
