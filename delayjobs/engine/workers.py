@@ -40,6 +40,12 @@ class WorkerThreads:
         """How many threads have started so far."""
         return len(self._threads)
 
+    @property
+    def spare(self) -> int:
+        """Threads idle, less tasks waiting for one (below zero: tasks wait)."""
+        with self._lock:
+            return self._spare
+
     def submit(self, function: Callable[[Any], None], argument: Any) -> None:
         with self._lock:
             self._spare -= 1

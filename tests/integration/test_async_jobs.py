@@ -24,6 +24,7 @@ import delayjobs
 from delayjobs import transitions
 from delayjobs.engine.consumer import Consumer
 from delayjobs.engine.execution import run_claimed
+from delayjobs.engine.workers import WorkerThreads
 from delayjobs.models import AttemptOutcome, DelayedJob, JobAttempt, JobStatus
 from delayjobs.spec.jobtypes import registry, validate_job_type_class
 from tests.consumers import statuses, wait_final
@@ -350,3 +351,57 @@ class TestRegistration:
         assert registry.is_async(AsyncScripted.name)
         assert not registry.is_async(Scripted.name)
         assert not registry.is_async("tests.nobody")
+
+
+def test_a_celery_worker_runs_an_async_job_to_its_end() -> None:
+    pytest.importorskip("celery")
+    from delayjobs.contrib.celery.worker import run_dispatched
+
+    job = delayjobs.schedule(AsyncScripted.name)
+    (row,) = transitions.claim(
+        [job.pk],
+        worker_id="consumer-a",
+        now=timezone.now(),
+        job_types=registry.names(),
+        leases={},
+        default_lease=timedelta(minutes=1),
+    )
+    assert row.claimed_at is not None
+
+    claimed_at = row.claimed_at.isoformat()
+    assert run_dispatched(row.pk, row.attempts, "consumer-a", claimed_at, "w") == "succeeded"
+
+    row.refresh_from_db()
+    assert (row.status, row.worker_id) == (JobStatus.SUCCEEDED, "w")
+    assert list(Execution.objects.values_list("job_id", "worker_id")) == [(job.pk, "w")]
+
+
+def test_worker_threads_start_as_work_needs_them() -> None:
+    workers = WorkerThreads(3, name="test-worker")
+    release = threading.Event()
+    started: list[threading.Event] = [threading.Event() for _ in range(4)]
+
+    def hold(number: int) -> None:
+        started[number].set()
+        release.wait(30)
+
+    assert workers.started == 0
+    workers.submit(hold, 0)
+    assert started[0].wait(30) and workers.started == 1
+    workers.submit(hold, 1)  # the only thread is busy: a second one starts
+    assert started[1].wait(30) and workers.started == 2
+    release.set()
+    wait_for(lambda: workers.spare == 2)
+    done = threading.Event()
+    workers.submit(lambda _: done.set(), None)
+    assert done.wait(30)
+    assert workers.started == 2  # an idle thread took it: none more
+    wait_for(lambda: workers.spare == 2)
+    release.clear()
+    for number in (2, 3):  # three busy at most: the fourth waits for one of them
+        workers.submit(hold, number)
+    workers.submit(hold, 0)
+    wait_for(lambda: started[2].is_set() and started[3].is_set())
+    assert workers.started == 3
+    release.set()
+    workers.stop()
