@@ -185,10 +185,12 @@ class LocalExecutor(ThreadedExecutor):
         """``_execute`` for an async job, as a task on the event loop."""
         timed_out = False
         report_apart = False
+        settled = True  # whether timed_out says how it ended (else: cancelled midway)
         try:
             timed_out = self._begin(running)
             if timed_out:
                 return
+            settled = False
             # Its stack is its task's, not the loop thread's (which runs every async job).
             running.thread_id = None
             await wait_until_async(due_ns(running.job))
@@ -197,6 +199,7 @@ class LocalExecutor(ThreadedExecutor):
             opener = self._open_in_thread if opens_apart(job) else None
             outcome = await run_claimed_async(job, self.worker_id, opener)
             timed_out = self._finish(running, time.monotonic() - began)
+            settled = True
             if timed_out:
                 self._log_ignored(outcome)
             elif outcome_receivers():  # the common case has none: stay on the loop
@@ -206,6 +209,11 @@ class LocalExecutor(ThreadedExecutor):
             else:
                 self._report(outcome)
         finally:
+            if not settled:
+                # Cancelled before its outcome (timed out while waiting for its run_at or
+                # its should_run, or the consumer stopped): whether it was timed out
+                # decides which of InFlight's lists its slot is given back from.
+                timed_out = self.inflight.abandon(running)
             if not report_apart:
                 self._release(running, timed_out)
 

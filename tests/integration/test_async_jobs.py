@@ -124,13 +124,33 @@ class AsyncChecked(delayjobs.JobType):
         return row.attempts
 
 
-LOCAL_TYPES = (Gated, Hangs, SyncOnLoop, AsyncChecked)
+class SlowCheck(delayjobs.JobType):
+    """An async type whose sync ``should_run`` (in a worker thread) outlasts its time."""
+
+    name = "tests.async.slow_check"
+    queue = QUEUE
+    max_attempts = 1
+    time_to_run = timedelta(milliseconds=200)
+    checking: ClassVar[threading.Event]
+    answer: ClassVar[threading.Event]
+
+    def should_run(self, job: DelayedJob) -> bool:
+        self.checking.set()
+        self.answer.wait(30)
+        return True
+
+    async def execute(self, job: DelayedJob) -> None:
+        raise AssertionError("never reached: timed out during should_run")
+
+
+LOCAL_TYPES = (Gated, Hangs, SyncOnLoop, AsyncChecked, SlowCheck)
 
 
 @pytest.fixture(autouse=True)
 def job_types(redis_client: redis.Redis) -> Iterator[None]:
     Gated.gate = Gate(full_at=2)
     Hangs.cancelled = threading.Event()
+    SlowCheck.checking, SlowCheck.answer = threading.Event(), threading.Event()
     for cls in LOCAL_TYPES:
         delayjobs.register(cls)
     try:
@@ -222,6 +242,19 @@ def test_an_async_job_past_its_time_to_run_times_out_and_its_task_is_cancelled()
     assert history_of(job) == [(1, AttemptOutcome.TIMED_OUT)]
     assert "JobTimeout" in job.last_error
     assert DelayedJob.objects.get(pk=after.pk).status == JobStatus.SUCCEEDED
+
+
+def test_an_async_job_timed_out_in_its_should_run_gives_its_slot_back() -> None:
+    job = delayjobs.schedule(SlowCheck.name)
+
+    with consumer_thread(concurrency=4) as consumer:
+        assert SlowCheck.checking.wait(30)
+        wait_final([job.pk])
+        # Its task, cancelled while its should_run ran in a thread, let its slot go.
+        wait_for(lambda: not consumer.inflight.stuck_jobs() and not consumer.inflight.count())
+        SlowCheck.answer.set()
+
+    assert history_of(job) == [(1, AttemptOutcome.TIMED_OUT)]
 
 
 @pytest.mark.xfail(
