@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import inspect
 import logging
@@ -201,7 +202,11 @@ async def run_claimed_async(
     # No connection handling on the loop's thread: it has none (the sync ORM refuses to
     # run there), and asking costs a fifth of an async job's time in asgiref's locals.
     attempt = Attempt(job, worker_id, connections=False)
-    jobtype = attempt.open() if opener is None else await opener(attempt.open)
+    try:
+        jobtype = attempt.open() if opener is None else await opener(attempt.open)
+    except asyncio.CancelledError:
+        attempt.abandoned = True
+        raise
     if jobtype is None:
         return attempt.outcome()
     try:
@@ -225,8 +230,11 @@ class Attempt:
     from what the body returned or raised. Sync and async bodies share every step."""
 
     def __init__(self, job: DelayedJob, worker_id: str, *, connections: bool = True) -> None:
-        self._steps = _attempt(job, worker_id, connections)
+        self._steps = _attempt(job, worker_id, connections, self)
         self._outcome: Outcome | None = None
+        #: Left without an end (its task cancelled while ``open`` ran elsewhere): when the
+        #: garbage collector closes its steps, there is nothing to decide or log.
+        self.abandoned = False
 
     def open(self) -> JobType | None:
         try:
@@ -251,7 +259,7 @@ class Attempt:
 
 
 def _attempt(
-    job: DelayedJob, worker_id: str, connections: bool
+    job: DelayedJob, worker_id: str, connections: bool, attempt: Attempt
 ) -> Generator[JobType, Any, Outcome]:
     """The steps of one attempt; yields the job type when its body is to run, and is sent
     the body's value (or thrown its exception). Never raises.
@@ -292,6 +300,8 @@ def _attempt(
         error = describe(exc)
         tb = storable(traceback.format_exc())
     except BaseException as exc:  # a job's SystemExit must not end the consumer
+        if attempt.abandoned and isinstance(exc, GeneratorExit):
+            raise  # closed unended (see Attempt.abandoned): no outcome, no log line
         retry_at = retry_at_after(job, exc)  # first: it may add a note to the traceback
         error = describe(exc)
         tb = storable(traceback.format_exc())
