@@ -156,3 +156,30 @@ class Expiring(Conditional):
 
 # The fault suite's job type (tests/faults/jobs.py), found by the same autodiscovery.
 import tests.faults.jobs  # noqa: E402, F401
+
+
+# Async job types (tests/integration/test_async_jobs.py, tests/e2e/test_async_consumer.py).
+@delayjobs.register
+class AsyncScripted(Scripted):
+    """``tests.scripted`` with an ``async def execute``: the same policy and payload keys,
+    its ledger row written through the async ORM, its holds awaited (the loop runs on).
+    Returns the name of the thread it ran on (the consumer's event loop, or not)."""
+
+    name = "tests.async_scripted"
+
+    async def execute(self, job: DelayedJob) -> str:  # type: ignore[override]
+        import asyncio  # here: this block only appends to the module
+        import threading
+
+        await Execution.objects.acreate(
+            job_id=job.pk, attempt=job.attempts, worker_id=job.worker_id
+        )
+        payload = job.payload if isinstance(job.payload, dict) else {}
+        if job.attempts in payload.get("hold_attempts", ()):
+            release = Path(payload["release_file"])
+            deadline = time.monotonic() + payload.get("hold_seconds", 60)
+            while not release.exists() and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+        if job.attempts in payload.get("fail_attempts", ()):
+            raise ScriptedFailure(f"scripted failure of job {job.pk} on attempt {job.attempts}")
+        return threading.current_thread().name

@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import inspect
 import logging
 import time
 import traceback
+from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from asgiref.sync import async_to_sync
 from django.db import close_old_connections, connections
+from django.dispatch import Signal
 
 from delayjobs import signals
 from delayjobs.core import clock, metrics
 from delayjobs.core.logfields import job_fields
+from delayjobs.engine.outcome_log import log_outcome
 from delayjobs.exceptions import InvalidJob, UnknownJobType
 from delayjobs.execution import UnstorableResult
 from delayjobs.models import DelayedJob
@@ -60,6 +66,10 @@ class Running:
     finished: bool = False  # its thread returned; the outcome is being handed over
     timed_out: bool = False  # recorded as timed out; whatever it returns is ignored
     handed_over: bool = False  # published to Celery: its slot is freed once taken over
+    #: For an async job, a task on the event loop: asks it to stop (from any thread), and
+    #: says where it waits. None for a job in a thread, which cannot be stopped.
+    cancel: Callable[[], None] | None = None
+    stack: Callable[[], str] | None = None
 
 
 def due_ns(job: DelayedJob) -> int:
@@ -109,6 +119,13 @@ def signal_outcome_apart(outcome: Outcome) -> None:
         connections.close_all()
 
 
+def _send(signal: Signal, job: DelayedJob, **kwargs: Any) -> None:
+    """``signals.send``, skipped at once for a signal nobody connected (the common case:
+    Django's own check of the receivers costs more, several times per job)."""
+    if signal.receivers:
+        signals.send(signal, job, **kwargs)
+
+
 def signal_outcome(outcome: Outcome) -> None:
     """The signal that says how the attempt ended (and the metrics that count it)."""
     if metrics.ENABLED:  # nothing to compute without prometheus_client
@@ -116,19 +133,136 @@ def signal_outcome(outcome: Outcome) -> None:
         metrics.job_finished(outcome.job.job_type, outcome.attempt_outcome.value, duration)
     job = outcome.job
     if outcome.expired:
-        signals.send(signals.job_expired, job, lateness=outcome.started_at - job.run_at)
+        _send(signals.job_expired, job, lateness=outcome.started_at - job.run_at)
     elif outcome.skipped:
-        signals.send(signals.job_skipped, job)
+        _send(signals.job_skipped, job)
     elif outcome.succeeded:
-        signals.send(signals.job_succeeded, job, duration=outcome.finished_at - outcome.started_at)
+        _send(signals.job_succeeded, job, duration=outcome.finished_at - outcome.started_at)
     elif outcome.retry_at is not None:
-        signals.send(signals.job_retrying, job, error=outcome.error, retry_at=outcome.retry_at)
+        _send(signals.job_retrying, job, error=outcome.error, retry_at=outcome.retry_at)
     else:
-        signals.send(signals.job_failed, job, error=outcome.error, traceback=outcome.traceback)
+        _send(signals.job_failed, job, error=outcome.error, traceback=outcome.traceback)
+
+
+#: The signals sent when an attempt ends (``signal_outcome``).
+_OUTCOME_SIGNALS = (
+    signals.job_expired,
+    signals.job_skipped,
+    signals.job_succeeded,
+    signals.job_retrying,
+    signals.job_failed,
+)
+
+
+def outcome_receivers() -> bool:
+    """Whether any receiver listens to an attempt's end (sync code, kept off the loop)."""
+    # ``receivers`` first: an empty list is the common case, and costs nothing to ask.
+    return any(signal.receivers and signal.has_listeners(DelayedJob) for signal in _OUTCOME_SIGNALS)
+
+
+def opens_apart(job: DelayedJob) -> bool:
+    """Whether an async job's ``Attempt.open`` runs sync user code, and so belongs in a
+    worker thread: its type's own ``should_run``, or ``job_started`` receivers."""
+    try:
+        jobtype = registry.get(job.job_type)
+    except UnknownJobType:
+        return False
+    started = signals.job_started
+    return type(jobtype).should_run is not JobType.should_run or bool(
+        started.receivers and started.has_listeners(DelayedJob)
+    )
 
 
 def run_claimed(job: DelayedJob, worker_id: str) -> Outcome:
     """Execute one claimed job in this thread and say how it ended; never raises.
+
+    An async job type's body runs to its end here too, on an event loop of this thread's
+    own (a Celery worker, a test): the consumer's local executor awaits it on its event
+    loop instead (``run_claimed_async``). The steps around the body are ``Attempt``'s.
+    """
+    attempt = Attempt(job, worker_id)
+    jobtype = attempt.open()
+    if jobtype is None:
+        return attempt.outcome()
+    try:
+        value = jobtype.execute(job)
+        if inspect.isawaitable(value):
+            value = async_to_sync(_awaited)(value)
+    except BaseException as exc:  # a job's SystemExit must not end the consumer
+        return attempt.close(error=exc)
+    return attempt.close(value)
+
+
+async def run_claimed_async(
+    job: DelayedJob, worker_id: str, opener: Opener | None = None
+) -> Outcome:
+    """``run_claimed`` for an async job type, on the running event loop: the same steps,
+    with the body awaited. ``opener`` runs ``Attempt.open`` (user code: ``should_run``,
+    ``job_started`` receivers) elsewhere, in a thread, when it must not run on the loop."""
+    # No connection handling on the loop's thread: it has none (the sync ORM refuses to
+    # run there), and asking costs a fifth of an async job's time in asgiref's locals.
+    attempt = Attempt(job, worker_id, connections=False)
+    try:
+        jobtype = attempt.open() if opener is None else await opener(attempt.open)
+    except asyncio.CancelledError:
+        attempt.abandoned = True
+        raise
+    if jobtype is None:
+        return attempt.outcome()
+    try:
+        value = await jobtype.execute(job)
+    except BaseException as exc:  # its cancellation too: see the local executor
+        return attempt.close(error=exc)
+    return attempt.close(value)
+
+
+async def _awaited(awaitable: Awaitable[Any]) -> Any:
+    return await awaitable
+
+
+#: Runs a function elsewhere (in a worker thread) and awaits its value.
+Opener = Callable[[Callable[[], "JobType | None"]], Awaitable["JobType | None"]]
+
+
+class Attempt:
+    """One execution of a claimed job, around its body: ``open`` asks the questions before
+    it (the job type for the body, or None: no body to run), ``close`` decides the outcome
+    from what the body returned or raised. Sync and async bodies share every step."""
+
+    def __init__(self, job: DelayedJob, worker_id: str, *, connections: bool = True) -> None:
+        self._steps = _attempt(job, worker_id, connections, self)
+        self._outcome: Outcome | None = None
+        #: Left without an end (its task cancelled while ``open`` ran elsewhere): when the
+        #: garbage collector closes its steps, there is nothing to decide or log.
+        self.abandoned = False
+
+    def open(self) -> JobType | None:
+        try:
+            return next(self._steps)
+        except StopIteration as stop:
+            self._outcome = stop.value
+            return None
+
+    def close(self, value: Any = None, *, error: BaseException | None = None) -> Outcome:
+        try:
+            if error is None:
+                self._steps.send(value)
+            else:
+                self._steps.throw(error)
+        except StopIteration as stop:
+            self._outcome = stop.value
+        return self.outcome()
+
+    def outcome(self) -> Outcome:
+        assert self._outcome is not None, "the attempt has not ended"
+        return self._outcome
+
+
+def _attempt(
+    job: DelayedJob, worker_id: str, connections: bool, attempt: Attempt
+) -> Generator[JobType, Any, Outcome]:
+    """The steps of one attempt; yields the job type when its body is to run, and is sent
+    the body's value (or thrown its exception). Never raises.
 
     The order of the checks is the order of the questions: too late to matter
     (``expired``), no longer wanted (``skipped``), then the work itself. The caller
@@ -139,7 +273,8 @@ def run_claimed(job: DelayedJob, worker_id: str) -> Outcome:
     result: Any = None
     skipped = expired = False
     # The job's own queries get request semantics: CONN_MAX_AGE applies around each job.
-    close_old_connections()
+    if connections:
+        close_old_connections()
     started = clock.now()
     try:
         jobtype = registry.get(job.job_type)
@@ -148,7 +283,7 @@ def run_claimed(job: DelayedJob, worker_id: str) -> Outcome:
         elif not jobtype.should_run(job):
             skipped = True
         else:
-            signals.send(signals.job_started, job)
+            _send(signals.job_started, job)
             metrics.job_started(job, (started - job.run_at).total_seconds())
             if logger.isEnabledFor(logging.DEBUG):
                 logger.debug(
@@ -159,18 +294,21 @@ def run_claimed(job: DelayedJob, worker_id: str) -> Outcome:
                     job.trace_id,
                     extra=job_fields(job, "started", started=started),
                 )
-            result = _storable_result(jobtype.execute(job))
+            result = _storable_result((yield jobtype))
     except UnstorableResult as exc:
         # The work is done, its side effects happened: running it again would repeat them.
         error = describe(exc)
         tb = storable(traceback.format_exc())
     except BaseException as exc:  # a job's SystemExit must not end the consumer
+        if attempt.abandoned and isinstance(exc, GeneratorExit):
+            raise  # closed unended (see Attempt.abandoned): no outcome, no log line
         retry_at = retry_at_after(job, exc)  # first: it may add a note to the traceback
         error = describe(exc)
         tb = storable(traceback.format_exc())
     finished = clock.now()
     log_outcome(job, started, finished, error, retry_at, skipped=skipped, expired=expired)
-    close_old_connections()
+    if connections:
+        close_old_connections()
     return Outcome(
         job=job,
         worker_id=worker_id,
@@ -237,77 +375,3 @@ def _unusable_retry_delay(delay: object) -> str:
     if delay > MAX_RETRY_DELAY:
         return f"{delay}, more than the {MAX_RETRY_DELAY.days} days a retry may wait"
     return ""
-
-
-def log_outcome(
-    job: DelayedJob,
-    started: datetime,
-    finished: datetime,
-    error: str,
-    retry_at: datetime | None,
-    *,
-    skipped: bool = False,
-    expired: bool = False,
-) -> None:
-    lateness_ms = (started - job.run_at).total_seconds() * 1000
-    took_ms = (finished - started).total_seconds() * 1000
-
-    def fields(event: str) -> dict[str, Any]:
-        return job_fields(job, event, started=started, duration_ms=took_ms, error=error or None)
-
-    if expired:
-        logger.warning(
-            "Job %s %s expired: it could start only %.1f ms after run_at, past its "
-            "max_lateness; not run [trace %s]",
-            job.pk,
-            job.job_type,
-            lateness_ms,
-            job.trace_id,
-            extra=fields("expired"),
-        )
-    elif skipped:
-        logger.info(
-            "Job %s %s skipped: should_run() said no [trace %s]",
-            job.pk,
-            job.job_type,
-            job.trace_id,
-            extra=fields("skipped"),
-        )
-    elif not error:
-        if logger.isEnabledFor(logging.INFO):
-            logger.info(
-                "Job %s %s attempt %d succeeded in %.1f ms, started %.1f ms after run_at "
-                "[trace %s]",
-                job.pk,
-                job.job_type,
-                job.attempts,
-                took_ms,
-                lateness_ms,
-                job.trace_id,
-                extra=fields("succeeded"),
-            )
-    elif retry_at is not None:
-        logger.warning(
-            "Job %s %s attempt %d failed (%s), started %.1f ms after run_at; retrying at "
-            "%s [trace %s]",
-            job.pk,
-            job.job_type,
-            job.attempts,
-            error,
-            lateness_ms,
-            retry_at.isoformat(),
-            job.trace_id,
-            extra=fields("retrying"),
-        )
-    else:
-        logger.error(
-            "Job %s %s attempt %d failed (%s), started %.1f ms after run_at; no retries "
-            "left, marked failed [trace %s]",
-            job.pk,
-            job.job_type,
-            job.attempts,
-            error,
-            lateness_ms,
-            job.trace_id,
-            extra=fields("failed"),
-        )

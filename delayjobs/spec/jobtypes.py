@@ -7,6 +7,7 @@ docs/explanation/design.md).
 
 from __future__ import annotations
 
+import inspect
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime, timedelta
@@ -77,7 +78,9 @@ class JobType:
     def execute(self, job: DelayedJob) -> Any:
         """Do the work. Raise to fail this attempt. ``job.attempts`` is this attempt's number.
 
-        A value returned is stored in ``job.result``; it must be JSON-serialisable.
+        A value returned is stored in ``job.result``; it must be JSON-serialisable. It may
+        be ``async def``: the consumer then awaits it on its event loop (see the how-to
+        "Async job types"), where the sync ORM is not allowed (use ``aget``, ``asave``...).
         """
         raise NotImplementedError(f"{type(self).__name__} must implement execute(job)")
 
@@ -125,6 +128,8 @@ class Registry:
 
     def __init__(self) -> None:
         self._types: dict[str, JobType] = {}
+        # Names of the types whose execute is ``async def``: asked once per job run.
+        self._async: set[str] = set()
 
     def add(self, cls: type[JobType]) -> None:
         validate_job_type_class(cls)
@@ -137,9 +142,18 @@ class Registry:
         # The same class registered again (a module imported twice, autoreload) replaces
         # the old instance rather than failing.
         self._types[cls.name] = cls()
+        if inspect.iscoroutinefunction(cls.execute):
+            self._async.add(cls.name)
+        else:
+            self._async.discard(cls.name)
 
     def remove(self, name: str) -> None:
         self._types.pop(name, None)
+        self._async.discard(name)
+
+    def is_async(self, name: str) -> bool:
+        """Whether the type called ``name`` has an ``async def execute`` (False if unknown)."""
+        return name in self._async
 
     def get(self, name: str) -> JobType:
         try:
@@ -199,6 +213,7 @@ def validate_job_type_class(cls: object) -> None:
         )
     if cls.execute is JobType.execute:
         raise ImproperlyConfigured(f"{label} must implement execute(self, job).")
+    _check_callables(cls, label)
     _check_optional_positive_int(cls, "max_attempts", "retry forever")
     _check_optional_positive_int(cls, "concurrency", "no limit of its own")
     _check_duration(cls, "time_to_run", MIN_TIME_TO_RUN, MAX_TIME_TO_RUN)
@@ -206,6 +221,26 @@ def validate_job_type_class(cls: object) -> None:
     _check_duration(cls, "retry_backoff_cap", timedelta(microseconds=1), MAX_RETRY_DELAY)
     if cls.max_lateness is not None:
         _check_duration(cls, "max_lateness", MIN_LATENESS, MAX_LATENESS, none_means="no limit")
+
+
+#: Methods the consumer calls and uses the value of right away: a coroutine (or an async
+#: generator) from one of them would be truthy, or not a timedelta, and never awaited.
+SYNC_ONLY_METHODS = ("should_run", "retry_delay", "queues_served", "plan")
+
+
+def _check_callables(cls: type[JobType], label: str) -> None:
+    """``execute`` may be ``def`` or ``async def``, nothing else async; the hooks are sync."""
+    if inspect.isasyncgenfunction(cls.execute) or inspect.isgeneratorfunction(cls.execute):
+        raise ImproperlyConfigured(
+            f"{label}.execute is a generator function: it must be a plain def, or an "
+            f"async def that returns (not yields) its value."
+        )
+    for method in SYNC_ONLY_METHODS:
+        function = getattr(cls, method)
+        if inspect.iscoroutinefunction(function) or inspect.isasyncgenfunction(function):
+            raise ImproperlyConfigured(
+                f"{label}.{method} must be a plain def: only execute may be async def."
+            )
 
 
 def _check_duration(
