@@ -5,7 +5,9 @@ Threads of one consumer process:
   executions that run past their job type's ``time_to_run``;
 - listener: Redis pub/sub; wakes main when a sooner job is added (no poll interval); in
   Redis-down mode it also notices when Redis answers again;
-- workers (``concurrency`` daemon threads): run ``JobType.execute``;
+- workers (up to ``concurrency`` daemon threads, started as needed): run sync
+  ``JobType.execute``;
+- event loop (one thread, started with the first async job): runs ``async def execute``;
 - recorder: writes outcomes in batches;
 - heartbeat: renews the leases of running jobs;
 - pre-loader: a pass every PRELOAD_INTERVAL (one process at a time, by a Redis lock).

@@ -305,8 +305,10 @@ class InFlight:
         return expired, next_deadline
 
     def stuck_jobs(self) -> list[DelayedJob]:
+        """Timed-out jobs whose threads are still busy. An async job's task is not stuck:
+        cancelled, it gives its slot back by itself."""
         with self._cond:
-            return [running.job for running in self._stuck]
+            return [running.job for running in self._stuck if running.cancel is None]
 
     def drain_step(self, timeout: float) -> tuple[int, bool]:
         """One look while draining: claimed jobs not done yet, and whether stuck threads
@@ -314,7 +316,7 @@ class InFlight:
         job to finish."""
         with self._cond:
             left = len(self._in_flight)
-            all_stuck = len(self._stuck) >= self.concurrency
+            all_stuck = sum(r.cancel is None for r in self._stuck) >= self.concurrency
             if left and not all_stuck:
                 self._cond.wait(timeout)
             return left, all_stuck

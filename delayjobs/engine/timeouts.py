@@ -69,6 +69,8 @@ class TimeOuts:
             frames = sys._current_frames()
             for running in expired:
                 self._record_time_out(running, frames.get(running.thread_id or -1))
+                if running.cancel is not None:  # an async job: its task can be stopped
+                    running.cancel()
             filled = self._filled_by_stuck_threads()
         return (None if next_deadline is None else max(next_deadline - now, 0.0)), filled
 
@@ -92,11 +94,16 @@ class TimeOuts:
     def _record_time_out(self, running: Running, frame: FrameType | None) -> None:
         job = running.job
         time_to_run = time_to_run_of(job)
+        left = (
+            "its task is cancelled" if running.cancel else "its thread is left to finish on its own"
+        )
         exc = JobTimeout(
             f"attempt {job.attempts} ran past the time_to_run of {job.job_type} "
-            f"({time_to_run}); its thread is left to finish on its own"
+            f"({time_to_run}); {left}"
         )
-        if frame is None:
+        if running.stack is not None:  # an async job: where its coroutines wait
+            stack = running.stack()
+        elif frame is None:
             stack = "(its thread's stack could not be read)\n"
         else:
             stack = "".join(traceback.format_stack(frame))

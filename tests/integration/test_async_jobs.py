@@ -257,12 +257,6 @@ def test_an_async_job_timed_out_in_its_should_run_gives_its_slot_back() -> None:
     assert history_of(job) == [(1, AttemptOutcome.TIMED_OUT)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Integration TODO: TimeOuts.check must cancel an async job's task before it "
-    "counts stuck jobs (timeouts.py, inflight.py); until then a timed-out async job that "
-    "holds the last slot stops the consumer with EXIT_STUCK like a stuck thread",
-)
 def test_a_timed_out_async_job_holding_the_last_slot_does_not_stop_the_consumer() -> None:
     job = delayjobs.schedule(Hangs.name)
     after = delayjobs.schedule(SyncOnLoop.name)
