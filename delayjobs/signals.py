@@ -44,9 +44,10 @@ job_expired = Signal()
 def send(signal: Signal, job: Any, **kwargs: Any) -> None:
     """Send ``signal`` about ``job`` to its receivers, if any; a failing receiver is logged.
 
-    The cheap ``has_listeners`` check first: the consumer calls this several times per job.
+    Cheap checks first (no receiver at all, then none for jobs): the consumer calls this
+    several times per job.
     """
-    if not signal.has_listeners(DelayedJob):
+    if not signal.receivers or not signal.has_listeners(DelayedJob):
         return
     for receiver, result in signal.send_robust(DelayedJob, job=job, **kwargs):
         if isinstance(result, Exception):
