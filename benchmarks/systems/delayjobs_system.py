@@ -25,6 +25,9 @@ class DelayJobsSystem(System):
         "1x20": {"processes": 1, "concurrency": 20},
         "2x10": {"processes": 2, "concurrency": 10},
         "1x10": {"processes": 1, "concurrency": 10},
+        # For job bodies that wait on I/O: more threads (or async job types).
+        "1x50": {"processes": 1, "concurrency": 50},
+        "2x25": {"processes": 2, "concurrency": 25},
     }
 
     def versions(self) -> dict[str, str]:
