@@ -110,7 +110,7 @@ def run_system(
         entry["workloads"][name] = {"median": summarize(results), "runs": results}
         if name == "W1" and system.name == "delayjobs" and PRUNE_DURING_W1["on"]:
             entry["workloads"]["W1 while pruning"] = _w1_runs_while_pruning(
-                system, runs, sizes, work_dir, entry["errors"]
+                system, PRUNE_DURING_W1["runs"] or runs, sizes, work_dir, entry["errors"]
             )
     with contextlib.suppress(Exception):  # leave nothing behind for the next system
         system.reset()
@@ -121,7 +121,7 @@ def run_system(
 #: W6 (``--prune-during-w1``): after its W1 runs, delayjobs runs W1 as many times again,
 #: each run pruning meanwhile the next tenth of the pre-filled finished rows (spread over
 #: scale_data.FINISHED_DAYS), oldest first: "W1 while pruning" in the JSON report.
-PRUNE_DURING_W1 = {"on": False, "runs": 0}
+PRUNE_DURING_W1 = {"on": False, "runs": 0, "done": 0}
 
 
 def _one(
@@ -166,8 +166,8 @@ def _w1_while_pruning(system: System, sizes: workloads.Sizes, work_dir: Path) ->
     from benchmarks.scale_data import FINISHED_DAYS
     from delayjobs.models import DelayedJob
 
-    PRUNE_DURING_W1["runs"] += 1
-    age = FINISHED_DAYS - FINISHED_DAYS // 10 * PRUNE_DURING_W1["runs"]
+    PRUNE_DURING_W1["done"] += 1
+    age = FINISHED_DAYS - FINISHED_DAYS // 10 * PRUNE_DURING_W1["done"]
     before = DelayedJob.objects.count()
     pruned: dict[str, float] = {}
 
@@ -531,9 +531,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--prune-during-w1",
-        action="store_true",
-        help="W6, with --prefill: delayjobs runs W1 again, each run pruning a tenth of the "
-        "pre-filled finished rows meanwhile (prune_delay_jobs, oldest first)",
+        type=int,
+        nargs="?",
+        const=0,
+        default=None,
+        metavar="RUNS",
+        help="W6, with --prefill: delayjobs runs W1 again (RUNS times, default --runs), each "
+        "run pruning a tenth of the pre-filled finished rows meanwhile (prune_delay_jobs, "
+        "oldest first)",
     )
     parser.add_argument("--output-dir", type=Path, default=RESULTS_DIR)
     parser.add_argument(
@@ -546,9 +551,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     args = parser.parse_args(argv)
     args.bodies = args.bodies or [args.body]
-    if args.prune_during_w1 and not args.prefill:
+    if args.prune_during_w1 is not None and not args.prefill:
         parser.error("--prune-during-w1 prunes the rows of --prefill: give both")
-    PRUNE_DURING_W1["on"] = args.prune_during_w1
+    if args.prune_during_w1 is not None and not 0 <= args.prune_during_w1 <= 9:
+        parser.error("--prune-during-w1: 1 to 9 runs (each prunes a tenth), or none for --runs")
+    PRUNE_DURING_W1["on"] = args.prune_during_w1 is not None
+    PRUNE_DURING_W1["runs"] = args.prune_during_w1 or 0
     return args
 
 
