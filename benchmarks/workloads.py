@@ -366,6 +366,11 @@ def w5_prefilled(sizes: Sizes) -> dict[str, Any]:
     from delayjobs.engine.preloader import preload
     from delayjobs.models import DelayedJob, JobStatus
 
+    # The pre-filled rows came due at 1,000 a minute from the fill on, and no consumer knows
+    # their job types: those already overdue would swell the window far past the 1,000 a
+    # production table holds (its consumers ran them). They end, as if they had run.
+    overdue = DelayedJob.objects.filter(status=JobStatus.SCHEDULED, run_at__lt=timezone.now())
+    ended = overdue.update(status=JobStatus.SUCCEEDED, finished_at=timezone.now())
     harness.flush_redis()
     passes = []
     loaded = []
@@ -378,6 +383,7 @@ def w5_prefilled(sizes: Sizes) -> dict[str, Any]:
     plan = DelayedJob.objects.due_before(horizon).order_by("run_at", "id")[:1000]
     return {
         "rows": DelayedJob.objects.count(),
+        "overdue_rows_ended_first": ended,
         "scheduled_rows": DelayedJob.objects.filter(status=JobStatus.SCHEDULED).count(),
         "in_window": loaded[0] if loaded else 0,
         "insert_seconds": 0.0,
