@@ -316,11 +316,9 @@ def w5_preloader(sizes: Sizes) -> dict[str, Any]:
     """delayjobs only: pre-loader passes over ``w5_rows`` scheduled rows, of which
     ``w5_window`` are due inside the window (the rest in an hour or more)."""
     from django.db import connection
-    from django.utils import timezone
 
     from benchmarks.systems.delayjobs_system import DelayJobsSystem
     from delayjobs.conf import settings
-    from delayjobs.engine.preloader import preload
     from delayjobs.models import DelayedJob
 
     system = DelayJobsSystem()
@@ -337,23 +335,11 @@ def w5_preloader(sizes: Sizes) -> dict[str, Any]:
     with connection.cursor() as cursor:
         cursor.execute(f"VACUUM ANALYZE {DelayedJob._meta.db_table}")
     harness.flush_redis()  # the passes load the window, not the hand-offs of schedule_many
-    passes = []
-    loaded = []
-    for _ in range(sizes.w5_passes):
-        started = time.perf_counter()
-        result = preload()
-        passes.append((time.perf_counter() - started) * 1000)
-        loaded.append(result.loaded)
-    horizon = timezone.now() + settings.PRELOAD_WINDOW
-    plan = DelayedJob.objects.due_before(horizon).order_by("run_at", "id")[:1000]
     return {
         "rows": DelayedJob.objects.count(),
         "in_window": sizes.w5_window,
         "insert_seconds": insert_seconds,
-        "pass_ms": passes,
-        "pass_ms_median": harness.median(passes),
-        "loaded_per_pass": loaded,
-        "explain": plan.explain(analyze=True),
+        **_preloader_passes(sizes.w5_passes),
     }
 
 
@@ -362,8 +348,6 @@ def w5_prefilled(sizes: Sizes) -> dict[str, Any]:
     rows already there, whatever the window holds of them now."""
     from django.utils import timezone
 
-    from delayjobs.conf import settings
-    from delayjobs.engine.preloader import preload
     from delayjobs.models import DelayedJob, JobStatus
 
     # The pre-filled rows came due at 1,000 a minute from the fill on, and no consumer knows
@@ -372,9 +356,29 @@ def w5_prefilled(sizes: Sizes) -> dict[str, Any]:
     overdue = DelayedJob.objects.filter(status=JobStatus.SCHEDULED, run_at__lt=timezone.now())
     ended = overdue.update(status=JobStatus.SUCCEEDED, finished_at=timezone.now())
     harness.flush_redis()
+    passes = _preloader_passes(sizes.w5_passes)
+    return {
+        "rows": DelayedJob.objects.count(),
+        "overdue_rows_ended_first": ended,
+        "scheduled_rows": DelayedJob.objects.filter(status=JobStatus.SCHEDULED).count(),
+        "in_window": passes["loaded_per_pass"][0] if passes["loaded_per_pass"] else 0,
+        "insert_seconds": 0.0,
+        **passes,
+    }
+
+
+def _preloader_passes(count: int) -> dict[str, Any]:
+    """``count`` timed pre-loader passes (Redis flushed first by the caller), with the
+    plan of the window query."""
+    from django.utils import timezone
+
+    from delayjobs.conf import settings
+    from delayjobs.engine.preloader import preload
+    from delayjobs.models import DelayedJob
+
     passes = []
     loaded = []
-    for _ in range(sizes.w5_passes):
+    for _ in range(count):
         started = time.perf_counter()
         result = preload()
         passes.append((time.perf_counter() - started) * 1000)
@@ -382,11 +386,6 @@ def w5_prefilled(sizes: Sizes) -> dict[str, Any]:
     horizon = timezone.now() + settings.PRELOAD_WINDOW
     plan = DelayedJob.objects.due_before(horizon).order_by("run_at", "id")[:1000]
     return {
-        "rows": DelayedJob.objects.count(),
-        "overdue_rows_ended_first": ended,
-        "scheduled_rows": DelayedJob.objects.filter(status=JobStatus.SCHEDULED).count(),
-        "in_window": loaded[0] if loaded else 0,
-        "insert_seconds": 0.0,
         "pass_ms": passes,
         "pass_ms_median": harness.median(passes),
         "loaded_per_pass": loaded,
