@@ -211,6 +211,8 @@ DESCRIBE = {
     "http": "one `GET` to a local HTTP server, keep-alive connection per thread",
     "sleep10": "`time.sleep(0.010)`",
 }
+#: The ``--body`` option's help, the same in the suite, core and the soak.
+HELP = "; ".join(f"{name}: {text}" for name, text in DESCRIBE.items()) + f" (default {DEFAULT})"
 
 
 @contextlib.contextmanager

@@ -446,9 +446,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Config:
         "--body",
         choices=bodies.BODIES,
         default=bodies.DEFAULT,
-        help="what each job does: "
-        + "; ".join(f"{name}: {text}" for name, text in bodies.DESCRIBE.items())
-        + f" (default {bodies.DEFAULT})",
+        help=f"what each job does: {bodies.HELP}",
     )
     parser.add_argument("--output-dir", type=Path, default=RESULTS_DIR)
     args = parser.parse_args(argv)

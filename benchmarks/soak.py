@@ -260,7 +260,7 @@ def main() -> None:
     parser.add_argument("--rate", type=int, help="jobs per second (default: measured)")
     parser.add_argument("--fraction", type=float, default=0.7, help="of measured capacity")
     parser.add_argument("--concurrency", type=int, default=20)
-    parser.add_argument("--body", choices=bodies.BODIES, default=bodies.DEFAULT)
+    parser.add_argument("--body", choices=bodies.BODIES, default=bodies.DEFAULT, help=bodies.HELP)
     parser.add_argument("--output-dir", type=Path, default=RESULTS_DIR)
     args = parser.parse_args()
     if args.minutes < 2:

@@ -567,9 +567,7 @@ def add_body_arguments(parser: argparse.ArgumentParser) -> None:
         "--body",
         choices=bodies.BODIES,
         default=bodies.DEFAULT,
-        help="the job body of every system: "
-        + "; ".join(f"{name}: {text}" for name, text in bodies.DESCRIBE.items())
-        + f" (default {bodies.DEFAULT})",
+        help=f"the job body of every system: {bodies.HELP}",
     )
     group.add_argument(
         "--bodies",
