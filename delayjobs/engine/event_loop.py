@@ -4,7 +4,8 @@ A job type whose ``execute`` is ``async def`` runs as a task on this loop rather
 worker thread of its own: hundreds of jobs that wait on the network cost one thread. The
 local executor starts the loop with the first async job (a consumer of sync types never
 has one), hands it claimed jobs in batches (one cross-thread wake-up per claim, not per
-job), and cancels the tasks of jobs the time-out machinery has recorded as timed out.
+job); the time-out machinery (``TimeOuts``) cancels the task of a job it records as timed
+out, through ``Running.cancel``.
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ class EventLoopThread:
         self._name = name
         self._loop: asyncio.AbstractEventLoop | None = None
         self._lock = threading.Lock()
-        # Only the loop's thread touches this; others read a snapshot (see ``timed_out``).
+        # Only the loop's thread touches this (tasks start and end there).
         self._tasks: dict[asyncio.Task[None], Running] = {}
         self._cancelled: set[int] = set()  # ids of tasks asked to stop (main loop's side)
 
@@ -85,15 +86,6 @@ class EventLoopThread:
         """Start a task for each of ``runnings`` on the loop (from any thread)."""
         loop = self._loop or self._start()
         loop.call_soon_threadsafe(self._spawn, runnings)
-
-    def cancel_timed_out(self) -> None:
-        """Cancel the tasks of jobs recorded as timed out (their outcome is recorded
-        already: the cancellation frees their slots). Cheap when none is: a look at flags."""
-        if self._loop is None:
-            return
-        for task, running in tuple(self._tasks.items()):
-            if running.timed_out:
-                self.cancel(task)
 
     def cancel(self, task: asyncio.Task[None]) -> None:
         """Ask ``task`` to stop, once (from any thread)."""

@@ -163,11 +163,6 @@ class LocalExecutor(ThreadedExecutor):
         super().start([running for running in runnings if not is_async(running.job.job_type)])
         self._loop.run(on_loop)  # one wake-up of the loop for the whole batch
 
-    def poll(self) -> float | None:
-        if self.inflight.stuck_jobs():  # a time-out: the rare case, when to look at tasks
-            self._loop.cancel_timed_out()
-        return None
-
     def stop(self) -> None:
         super().stop()
         self._loop.stop()
