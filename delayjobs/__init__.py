@@ -20,6 +20,10 @@ _EXPORTS = {
     "bind": "delayjobs.bindings",
     "JobType": "delayjobs.spec.jobtypes",
     "register": "delayjobs.spec.jobtypes",
+    "Every": "delayjobs.spec.recurrence",
+    "Cron": "delayjobs.spec.recurrence",
+    "pause_schedule": "delayjobs.api.schedules",
+    "resume_schedule": "delayjobs.api.schedules",
     "DelayJobsError": "delayjobs.exceptions",
     "InvalidJob": "delayjobs.exceptions",
     "UnknownJobType": "delayjobs.exceptions",
@@ -29,8 +33,10 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "Cron",
     "DelayJobsError",
     "DuplicateJob",
+    "Every",
     "InvalidJob",
     "InvalidTransition",
     "JobNotFound",
@@ -39,8 +45,10 @@ __all__ = [
     "__version__",
     "bind",
     "cancel",
+    "pause_schedule",
     "register",
     "reschedule",
+    "resume_schedule",
     "retry",
     "schedule",
     "schedule_many",
@@ -48,6 +56,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from delayjobs.api import cancel, reschedule, retry, schedule, schedule_many
+    from delayjobs.api.schedules import pause_schedule, resume_schedule
     from delayjobs.bindings import bind
     from delayjobs.exceptions import (
         DelayJobsError,
@@ -58,6 +67,7 @@ if TYPE_CHECKING:
         UnknownJobType,
     )
     from delayjobs.spec.jobtypes import JobType, register
+    from delayjobs.spec.recurrence import Cron, Every
 
 
 def __getattr__(name: str) -> Any:

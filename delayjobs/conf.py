@@ -72,6 +72,10 @@ DEFAULTS: dict[str, Any] = {
     # shows the estimate instead of counting every row on each page load, and the
     # dashboard counts from a sample. 0: always count exactly.
     "ADMIN_ESTIMATE_ABOVE": 10_000,
+    # A recurring schedule's tick whose job could not start within this of the tick is
+    # missed (the fleet was down): its misfire policy decides whether it runs. A job type
+    # (misfire_grace) or a schedule row may say otherwise.
+    "MISFIRE_GRACE": timedelta(seconds=60),
 }
 
 EXECUTORS = ("local", "celery")
@@ -88,6 +92,7 @@ DURATION_SETTINGS = (
     "IDLE_TIMEOUT",
     "DATABASE_POLL_INTERVAL",
     "CLOCK_OFFSET_WARNING",
+    "MISFIRE_GRACE",
 )
 
 

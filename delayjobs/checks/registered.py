@@ -5,6 +5,7 @@ API. Registered with ``checks.register`` when this module is imported (by the pa
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any
 
 from django.conf import settings as django_settings
@@ -20,7 +21,8 @@ from delayjobs.checks.settings import (
     check_scalars,
 )
 from delayjobs.conf import DEFAULTS, raw_settings
-from delayjobs.spec.jobtypes import registry, validate_job_type_class
+from delayjobs.spec.jobtypes import JobType, registry, validate_job_type_class
+from delayjobs.spec.recurrence import Cron, Every, misfire_problem
 
 
 @checks.register("delayjobs")
@@ -82,7 +84,39 @@ def check_job_types(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> 
                     id="delayjobs.E101",
                 )
             )
+        messages += check_recurrence(jobtype)
     return messages
+
+
+def check_recurrence(jobtype: JobType) -> list[checks.Error]:
+    """A job type's ``recurrence``, ``misfire`` and ``misfire_grace``: nothing ticks from a
+    bad one, so the check says why before a deploy finds out by missing jobs."""
+    label = f"{type(jobtype).__module__}.{type(jobtype).__qualname__}"
+    recurrence = jobtype.recurrence
+    if recurrence is None:
+        return []
+    problems = []
+    if not isinstance(recurrence, Every | Cron):
+        problems.append(
+            f"recurrence must be delayjobs.Every(...), delayjobs.Cron(...) or None; got "
+            f"{recurrence!r}."
+        )
+    elif recurrence.problem:
+        problems.append(f"recurrence {recurrence!r}: {recurrence.problem}")
+    if problem := misfire_problem(jobtype.misfire):
+        problems.append(problem)
+    grace = jobtype.misfire_grace
+    if grace is not None and (not isinstance(grace, timedelta) or grace <= timedelta(0)):
+        problems.append(f"misfire_grace must be a positive timedelta or None; got {grace!r}.")
+    return [
+        checks.Error(
+            f"{label}: {problem}",
+            hint="See docs/howto/recurring.md. Until it is fixed, no job of this type is "
+            "made from its recurrence.",
+            id="delayjobs.E102",
+        )
+        for problem in problems
+    ]
 
 
 @checks.register("delayjobs", checks.Tags.urls)

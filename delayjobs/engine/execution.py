@@ -18,9 +18,11 @@ from django.db import close_old_connections, connections
 from django.dispatch import Signal
 
 from delayjobs import signals
+from delayjobs.api.schedules import schedule_name_of
 from delayjobs.core import clock, metrics
 from delayjobs.core.logfields import job_fields
 from delayjobs.engine.outcome_log import log_outcome
+from delayjobs.engine.recurring import runs_though_late
 from delayjobs.exceptions import InvalidJob, UnknownJobType
 from delayjobs.execution import UnstorableResult
 from delayjobs.models import DelayedJob
@@ -161,15 +163,18 @@ def outcome_receivers() -> bool:
 
 
 def opens_apart(job: DelayedJob) -> bool:
-    """Whether an async job's ``Attempt.open`` runs sync user code, and so belongs in a
-    worker thread: its type's own ``should_run``, or ``job_started`` receivers."""
+    """Whether an async job's ``Attempt.open`` runs sync code, and so belongs in a worker
+    thread: its type's own ``should_run``, ``job_started`` receivers, a tick's misfire."""
     try:
         jobtype = registry.get(job.job_type)
     except UnknownJobType:
         return False
     started = signals.job_started
-    return type(jobtype).should_run is not JobType.should_run or bool(
-        started.receivers and started.has_listeners(DelayedJob)
+    return (
+        type(jobtype).should_run is not JobType.should_run
+        or bool(started.receivers and started.has_listeners(DelayedJob))
+        # A tick's job may read its schedule's row (runs_though_late): sync ORM.
+        or schedule_name_of(job.key) is not None
     )
 
 
@@ -329,7 +334,11 @@ def max_lateness_of(job: DelayedJob, jobtype: JobType) -> timedelta | None:
 
 def _too_late(job: DelayedJob, jobtype: JobType, now: datetime) -> bool:
     limit = max_lateness_of(job, jobtype)
-    return limit is not None and now - job.run_at > limit
+    if limit is None or now - job.run_at <= limit:
+        return False
+    # A recurring schedule's missed tick (its max_lateness is the grace) may be the one
+    # its misfire policy runs anyway.
+    return not runs_though_late(job, now)
 
 
 def _storable_result(value: Any) -> Any:

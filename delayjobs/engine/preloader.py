@@ -1,8 +1,10 @@
 """The pre-loader: one idempotent pass that makes Redis reflect the coming window.
 
 A pass (1) returns running jobs whose lease expired to ``scheduled``, (2) lets job types
-plan jobs from business data, and (3) adds every scheduled job due before now + window
-to its queue's sorted set, reading the partial index in keyset-paginated batches.
+plan jobs from business data, (3) makes the jobs of recurring schedules' ticks due in the
+window (``delayjobs.engine.recurring``), and (4) adds every scheduled job due before
+now + window to its queue's sorted set, reading the partial index in keyset-paginated
+batches.
 Running it twice, or from two processes, changes nothing more: a Redis lock keeps it to
 one process at a time anyway, and ZADD of an id already there only refreshes its score.
 """
@@ -24,6 +26,7 @@ from delayjobs.api import schedule
 from delayjobs.conf import settings
 from delayjobs.core import clock, metrics
 from delayjobs.core.db import drop_broken_connections
+from delayjobs.engine.recurring import materialise_schedules
 from delayjobs.exceptions import DuplicateJob, InvalidJob
 from delayjobs.index.store import RedisStore, get_store
 from delayjobs.index.window import load_window
@@ -39,6 +42,7 @@ class PassResult:
     ran: bool = True
     reaped: int = 0
     planned: int = 0
+    ticks: int = 0
     loaded: int = 0
     errors: list[str] = field(default_factory=list)
     seconds: float = 0.0
@@ -48,7 +52,8 @@ class PassResult:
             return "skipped: another process holds the pre-loader lock"
         return (
             f"reaped {self.reaped} expired lease(s), planned {self.planned} job(s), "
-            f"loaded {self.loaded} job(s) in {self.seconds * 1000:.1f} ms"
+            f"made {self.ticks} tick(s) into jobs, loaded {self.loaded} job(s) in "
+            f"{self.seconds * 1000:.1f} ms"
         )
 
 
@@ -73,6 +78,7 @@ def _pass(store: RedisStore, now: datetime) -> PassResult:
     result.reaped = len(rescheduled)
     for jobtype in registry:
         result.planned += _plan(jobtype, now, horizon, result.errors)
+    result.ticks = materialise_schedules(now, horizon, result.errors)
     result.loaded = load_window(store, horizon)
     result.seconds = time.perf_counter() - started
     metrics.preload_pass(result.seconds)

@@ -1,7 +1,7 @@
 """The app's models (layer 0, foundation): the job rows in ``jobs``, the control rows
-(pauses, consumers, API keys) in ``control``. Django loads them from this package; the
-documented paths are ``delayjobs.models.<Name>``, and migration 0001 names
-``delayjobs.models.new_trace_id``.
+(pauses, consumers, API keys) in ``control``, recurring schedules in ``schedules``. Django
+loads them from this package; the documented paths are ``delayjobs.models.<Name>``, and
+migration 0001 names ``delayjobs.models.new_trace_id``.
 """
 
 from delayjobs.models.control import ApiKey, Consumer, Pause, PauseKind
@@ -18,6 +18,7 @@ from delayjobs.models.jobs import (
     jobs_database,
     new_trace_id,
 )
+from delayjobs.models.schedules import MisfirePolicy, Schedule, ScheduleSource
 
 __all__ = [
     "ACTIVE_STATUSES",
@@ -30,8 +31,11 @@ __all__ = [
     "DelayedJobQuerySet",
     "JobAttempt",
     "JobStatus",
+    "MisfirePolicy",
     "Pause",
     "PauseKind",
+    "Schedule",
+    "ScheduleSource",
     "WriteDatabaseManager",
     "jobs_database",
     "new_trace_id",

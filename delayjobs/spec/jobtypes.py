@@ -17,6 +17,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from delayjobs.core.backoff import equal_jitter_backoff
 from delayjobs.exceptions import UnknownJobType
+from delayjobs.spec.recurrence import Misfire, Recurrence
 
 if TYPE_CHECKING:
     # Only for annotations: this module is imported before the app registry is ready
@@ -74,6 +75,16 @@ class JobType:
     #: with equal jitter: drawn from ``[c/2, c]`` for that capped ceiling ``c``.
     retry_backoff_base: ClassVar[timedelta] = timedelta(seconds=2)
     retry_backoff_cap: ClassVar[timedelta] = timedelta(hours=1)
+    #: ``delayjobs.Every(minutes=5)`` or ``delayjobs.Cron("0 8 * * MON-FRI", tz=...)``: the
+    #: pre-loader then makes one job of this type per tick, however many hosts run it
+    #: (docs/howto/recurring.md). ``None``: jobs only when scheduled.
+    recurrence: ClassVar[Recurrence | None] = None
+    #: What runs of the ticks missed by more than ``misfire_grace`` (the fleet was down):
+    #: ``"skip"`` none, ``"once"`` the latest of them, ``"all"`` every one, in order.
+    misfire: ClassVar[str] = Misfire.ONCE
+    #: How late a tick's job may start and still not count as missed. ``None``: the
+    #: ``MISFIRE_GRACE`` setting.
+    misfire_grace: ClassVar[timedelta | None] = None
 
     def execute(self, job: DelayedJob) -> Any:
         """Do the work. Raise to fail this attempt. ``job.attempts`` is this attempt's number.
