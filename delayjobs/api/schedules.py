@@ -155,12 +155,28 @@ def pause_schedule(schedule: Schedule | str, *, by: str = "") -> Schedule:
             row.paused_at = clock.now()
             row.paused_by = by[:150]
             row.save(update_fields=["enabled", "paused_at", "paused_by", "updated_at"])
-        coming = DelayedJob.objects.filter(
-            key__startswith=f"{TICK_KEY_PREFIX}{row.name}@", status=JobStatus.SCHEDULED
-        )
-        unindex_on_commit(transitions.cancel(coming), using)
+        _cancel_coming_ticks(row, using)
     logger.info("Schedule %s paused%s", row.name, f" by {by}" if by else "")
     return row
+
+
+def restart_ticks(schedule: Schedule | str) -> Schedule:
+    """After its definition changed (interval, cron, time zone, job type, payload): cancel
+    the jobs of its coming ticks made under the old one, and tick anew from now on."""
+    using = jobs_database()
+    with transaction.atomic(using=using):
+        row = _locked(schedule)
+        _cancel_coming_ticks(row, using)
+        row.materialised_until = clock.now()
+        row.save(update_fields=["materialised_until", "updated_at"])
+    return row
+
+
+def _cancel_coming_ticks(row: Schedule, using: str) -> None:
+    coming = DelayedJob.objects.filter(
+        key__startswith=f"{TICK_KEY_PREFIX}{row.name}@", status=JobStatus.SCHEDULED
+    )
+    unindex_on_commit(transitions.cancel(coming), using)
 
 
 def resume_schedule(schedule: Schedule | str) -> Schedule:
