@@ -32,6 +32,9 @@ from delayjobs.spec.recurrence import Cron, Every, Recurrence, misfire_problem
 logger = logging.getLogger("delayjobs.schedules")
 
 TICK_KEY_PREFIX = "schedule:"
+#: The fields that say when a schedule ticks and what its jobs are: a change to one of
+#: them cancels the jobs of coming ticks made under the old definition (restart_ticks).
+TIMING_FIELDS = frozenset({"interval", "cron", "timezone", "job_type", "payload"})
 #: Jobs of past ticks looked up for a schedule's last outcome.
 RECENT_TICKS = 5
 
@@ -128,8 +131,10 @@ def sync_code_schedules() -> list[str]:
                 f"Job type {name!r} has a recurrence, but the schedule named {name!r} was "
                 f"made in the admin; rename or delete that one so the code's can tick."
             )
-        elif any(getattr(row, field) != value for field, value in definition.fields.items()):
+        elif changed := {f for f, value in definition.fields.items() if getattr(row, f) != value}:
             Schedule.objects.filter(pk=row.pk).update(**definition.fields)
+            if changed & TIMING_FIELDS:  # a deploy changed when it ticks
+                restart_ticks(name)
     return problems
 
 
