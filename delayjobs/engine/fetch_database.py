@@ -1,7 +1,9 @@
 """Fetching from the database: claim due rows straight from the table (Redis-down mode).
 
-The pre-loader reaps expired leases under a Redis lock; without Redis, the consumers
-reap them themselves, every DATABASE_POLL_INTERVAL.
+The pre-loader reaps expired leases and makes recurring schedules' ticks into jobs under a
+Redis lock; without Redis, the consumers do both themselves: reaping every
+DATABASE_POLL_INTERVAL, ticks every PRELOAD_INTERVAL (the schedule's cursor, not a lock,
+keeps each tick to one job, however many consumers do it at once).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from delayjobs.conf import settings
 from delayjobs.core import clock
 from delayjobs.engine.claims import Claims
 from delayjobs.engine.execution import LOCKED_RETRY
+from delayjobs.engine.recurring import materialise_schedules
 from delayjobs.models import DelayedJob
 from delayjobs.spec.jobtypes import JobType
 
@@ -27,11 +30,13 @@ class DatabaseFetcher:
         self.queues = queues
         self.claims = claims
         self._next_reap = 0.0
+        self._next_ticks = 0.0
 
     def turn(self) -> float | None:
         """Claim due jobs straight from the database; return how long to sleep."""
         interval = settings.DATABASE_POLL_INTERVAL.total_seconds()
         self._reap_expired_leases(interval)
+        self._make_ticks()
         claims = self.claims
         open_types = claims.open_types()
         free, open_queues = claims.inflight.open_queues(self.queues, claims.pauses.current)
@@ -64,6 +69,23 @@ class DatabaseFetcher:
         # Due but not claimed: locked by a caller's transaction, or taken by a consumer
         # polling at the same moment. Look again shortly.
         return LOCKED_RETRY.total_seconds()
+
+    def _make_ticks(self) -> None:
+        """Recurring schedules keep ticking while Redis is down: their jobs are rows."""
+        now = time.monotonic()
+        if now < self._next_ticks:
+            return
+        self._next_ticks = now + settings.PRELOAD_INTERVAL.total_seconds()
+        errors: list[str] = []
+        moment = clock.now()
+        made = materialise_schedules(moment, moment + settings.PRELOAD_WINDOW, errors)
+        if made or errors:
+            logger.info(
+                "Consumer %s: made %d recurring tick(s) into jobs without Redis%s",
+                self.claims.worker_id,
+                made,
+                f" ({'; '.join(errors)})" if errors else "",
+            )
 
     def _reap_expired_leases(self, interval: float) -> None:
         """The pre-loader reaps under a Redis lock, so without Redis the consumers do it."""
