@@ -53,6 +53,9 @@ def materialise_schedules(now: datetime, horizon: datetime, errors: list[str]) -
             if schedule.source != ScheduleSource.CODE:  # a code row's type is gone: quiet
                 errors.append(f"schedule {schedule.name}: {problem}")
             continue
+        cursor = schedule.materialised_until or now
+        if _ticks_to_make(schedule, cursor, now, horizon)[1] == cursor:
+            continue  # nothing new in the window: no transaction, no lock (most passes)
         try:
             made += _materialise(schedule.pk, now, horizon)
         except _CursorMoved:
