@@ -17,12 +17,12 @@ from typing import Any, TextIO, TypeVar
 
 from django.core.management.base import BaseCommand, CommandError, OutputWrapper
 
-from delayjobs.api import pauses
+from delayjobs.api import pauses, schedules
 from delayjobs.checks import MAX_CONCURRENCY
 from delayjobs.conf import EXECUTORS
 from delayjobs.core.db import max_length
 from delayjobs.exceptions import InvalidJob
-from delayjobs.models import ACTIVE_STATUSES, DelayedJob, JobStatus
+from delayjobs.models import ACTIVE_STATUSES, DelayedJob, JobStatus, Schedule
 from delayjobs.spec.jobtypes import QUEUE_PATTERN
 
 LEVELS = {0: logging.ERROR, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
@@ -209,12 +209,22 @@ class PauseCommand(BaseCommand):
         target = parser.add_mutually_exclusive_group(required=True)
         target.add_argument("--queue", metavar="Q", type=queue_name, help="A queue.")
         target.add_argument("--job-type", metavar="T", help="A registered job type's name.")
+        target.add_argument(
+            "--schedule",
+            metavar="S",
+            help="A recurring schedule's name (a code schedule's is its job type's name).",
+        )
 
-    def handle(self, *, queue: object, job_type: object, **options: Any) -> None:
+    def handle(
+        self, *, queue: object, job_type: object, schedule: object = None, **options: Any
+    ) -> None:
         # call_command passes a required group's option through argparse, but a keyword
         # given as None, or both keywords, reach handle() as they are.
-        if (queue is None) == (job_type is None):
-            raise CommandError("Give --queue or --job-type, one of them.")
+        if [queue, job_type, schedule].count(None) != 2:
+            raise CommandError("Give --queue, --job-type or --schedule, one of them.")
+        if schedule is not None:
+            self._schedule(schedule)
+            return
         if queue is not None:
             option, name = "queue", checked(f"--queue {shown(queue)}", queue_name, queue)
         elif isinstance(job_type, str):
@@ -244,3 +254,30 @@ class PauseCommand(BaseCommand):
                 if changed
                 else f"{subject} was already paused: nothing changed."
             )
+
+    def _schedule(self, name: object) -> None:
+        if not isinstance(name, str) or not name:
+            raise CommandError(f"--schedule: give a schedule's name, got {shown(name)}.")
+        problems = schedules.sync_code_schedules()  # a code schedule before any pass
+        row = Schedule.objects.filter(name=name).first()
+        if row is None:
+            known = ", ".join(Schedule.objects.values_list("name", flat=True)) or "none"
+            raise CommandError(f"No schedule named {shown(name)}. Schedules: {known}.")
+        was_enabled = row.enabled
+        if self.resume:
+            schedules.resume_schedule(row)
+            self.stdout.write(
+                f"Resumed schedule {name}: it ticks again from its next tick."
+                if not was_enabled
+                else f"Schedule {name} was not paused: nothing changed."
+            )
+        else:
+            schedules.pause_schedule(row, by="manage.py")
+            self.stdout.write(
+                f"Paused schedule {name}: no tick makes a job, and the jobs of its coming "
+                f"ticks are cancelled, until resume_delay_jobs --schedule {name}."
+                if was_enabled
+                else f"Schedule {name} was already paused: nothing changed."
+            )
+        for problem in problems:
+            self.stderr.write(problem)

@@ -14,9 +14,10 @@ from django.utils import timezone
 
 import delayjobs
 from delayjobs.api import stats
+from delayjobs.api.schedules import tick_key
 from delayjobs.core import display
 from delayjobs.management.commands import prune_delay_jobs
-from delayjobs.models import AttemptOutcome, DelayedJob, JobAttempt, JobStatus, Pause
+from delayjobs.models import AttemptOutcome, DelayedJob, JobAttempt, JobStatus, Pause, Schedule
 from tests.integration.test_stats import attempt, build_known, make_job, pinned  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.django_db
@@ -341,7 +342,7 @@ def test_pause_and_resume_a_job_type():
 @pytest.mark.parametrize(
     ("args", "options", "says"),
     [
-        ([], {}, "one of the arguments --queue --job-type is required"),
+        ([], {}, "one of the arguments --queue --job-type --schedule is required"),
         (["--queue", "a", "--job-type", "tests.noop"], {}, "not allowed with argument"),
         (["--queue", "a b"], {}, "use 1-100 letters, digits and '_.-'"),
         ([], {"queue": "a", "job_type": "tests.noop"}, "not allowed with argument"),
@@ -353,6 +354,32 @@ def test_pause_and_resume_refuse_bad_targets(command, args, options, says):
     with pytest.raises(CommandError, match=re.escape(says)):
         run(command, *args, **options)
     assert paused_targets() == [("queue", "a", "someone")]
+
+
+def test_pause_and_resume_a_schedule():
+    start = timezone.now()
+    Schedule.objects.create(
+        name="reports", job_type="tests.noop", interval=timedelta(hours=1), materialised_until=start
+    )
+    coming = delayjobs.schedule(
+        "tests.noop", run_at=start + timedelta(hours=1), key=tick_key("reports", start)
+    )
+    assert run("pause_delay_jobs", "--schedule", "reports").startswith("Paused schedule reports: ")
+    paused = Schedule.objects.get(name="reports")
+    assert (paused.enabled, paused.paused_by) == (False, "manage.py")
+    coming.refresh_from_db()
+    assert coming.status == JobStatus.CANCELLED
+    assert run("pause_delay_jobs", "--schedule", "reports") == (
+        "Schedule reports was already paused: nothing changed.\n"
+    )
+    assert run("resume_delay_jobs", schedule="reports").startswith("Resumed schedule reports: ")
+    resumed = Schedule.objects.get(name="reports")
+    assert resumed.enabled
+    assert resumed.materialised_until is not None and resumed.materialised_until > start
+    with pytest.raises(
+        CommandError, match=re.escape("No schedule named 'nope'. Schedules: reports.")
+    ):
+        run("resume_delay_jobs", "--schedule", "nope")
 
 
 def test_only_a_registered_job_type_can_be_paused_but_any_can_be_resumed():
