@@ -69,9 +69,12 @@ def materialise_schedules(now: datetime, horizon: datetime, errors: list[str]) -
 def _materialise(pk: int, now: datetime, horizon: datetime) -> int:
     using = jobs_database()
     with transaction.atomic(using=using):
-        # The row lock (PostgreSQL; a no-op on SQLite) makes a concurrent pass wait here
-        # and then read the moved cursor; the conditional UPDATE below is the guarantee.
-        schedule = Schedule.objects.select_for_update().filter(pk=pk, enabled=True).first()
+        # A row another pass holds (PostgreSQL; SQLite has no row locks) is that pass's to
+        # make: skipped, not waited for behind a slow database. The conditional UPDATE
+        # below is the guarantee on every database.
+        schedule = (
+            Schedule.objects.select_for_update(skip_locked=True).filter(pk=pk, enabled=True).first()
+        )
         if schedule is None or definition_problem(schedule):
             return 0
         cursor = schedule.materialised_until or now
