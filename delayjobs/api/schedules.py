@@ -138,6 +138,15 @@ def sync_code_schedules() -> list[str]:
     return problems
 
 
+def add_schedule(row: Schedule) -> Schedule:
+    """Save an operator's new schedule (``source = database``, the admin's form): it ticks
+    from now on, the database server's now, never catching up on ticks before it."""
+    row.source = ScheduleSource.DATABASE
+    row.materialised_until = clock.now()
+    row.save(force_insert=True)
+    return row
+
+
 def _code_type(name: str) -> JobType | None:
     try:
         jobtype = registry.get(name)
