@@ -26,7 +26,7 @@ from delayjobs.exceptions import InvalidJob, UnknownJobType
 from delayjobs.index.handoff import unindex_on_commit
 from delayjobs.models import DelayedJob, JobStatus, jobs_database
 from delayjobs.models.schedules import Schedule, ScheduleSource
-from delayjobs.spec.jobtypes import JobType, registry
+from delayjobs.spec.jobtypes import JobType, code_recurrence_problems, registry
 from delayjobs.spec.recurrence import Cron, Every, Recurrence, misfire_problem
 
 logger = logging.getLogger("delayjobs.schedules")
@@ -87,8 +87,11 @@ class CodeDefinition:
     @classmethod
     def of(cls, jobtype: JobType) -> CodeDefinition | None:
         recurrence = jobtype.recurrence
-        if not isinstance(recurrence, Every | Cron) or recurrence.problem:
+        if recurrence is None:
+            return None  # not recurring: no schedule of its own
+        if code_recurrence_problems(jobtype):
             return None  # the system check says what is wrong; nothing ticks meanwhile
+        assert isinstance(recurrence, Every | Cron)  # code_recurrence_problems says so
         if isinstance(recurrence, Every):
             timing = {"interval": recurrence.interval, "cron": "", "timezone": "UTC"}
         else:
@@ -131,10 +134,12 @@ def sync_code_schedules() -> list[str]:
                 f"Job type {name!r} has a recurrence, but the schedule named {name!r} was "
                 f"made in the admin; rename or delete that one so the code's can tick."
             )
-        elif changed := {f for f, value in definition.fields.items() if getattr(row, f) != value}:
+        elif any(getattr(row, field) != value for field, value in definition.fields.items()):
+            # A deploy changed it. The ticks already made (up to PRELOAD_WINDOW ahead) stay:
+            # during a rolling deploy old and new processes both write their own
+            # definition here, and cancelling on each change could lose a tick. The
+            # cursor only moves forward, so no tick time gets a second job either way.
             Schedule.objects.filter(pk=row.pk).update(**definition.fields)
-            if changed & TIMING_FIELDS:  # a deploy changed when it ticks
-                restart_ticks(name)
     return problems
 
 
@@ -187,8 +192,10 @@ def restart_ticks(schedule: Schedule | str) -> Schedule:
 
 
 def _cancel_coming_ticks(row: Schedule, using: str) -> None:
+    # Never started (attempts 0): a past tick's job waiting for its retry is not a
+    # coming tick, and keeps its retry.
     coming = DelayedJob.objects.filter(
-        key__startswith=f"{TICK_KEY_PREFIX}{row.name}@", status=JobStatus.SCHEDULED
+        key__startswith=f"{TICK_KEY_PREFIX}{row.name}@", status=JobStatus.SCHEDULED, attempts=0
     )
     unindex_on_commit(transitions.cancel(coming), using)
 

@@ -5,7 +5,6 @@ API. Registered with ``checks.register`` when this module is imported (by the pa
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import timedelta
 from typing import Any
 
 from django.conf import settings as django_settings
@@ -21,8 +20,12 @@ from delayjobs.checks.settings import (
     check_scalars,
 )
 from delayjobs.conf import DEFAULTS, raw_settings
-from delayjobs.spec.jobtypes import JobType, registry, validate_job_type_class
-from delayjobs.spec.recurrence import Cron, Every, misfire_problem
+from delayjobs.spec.jobtypes import (
+    JobType,
+    code_recurrence_problems,
+    registry,
+    validate_job_type_class,
+)
 
 
 @checks.register("delayjobs")
@@ -92,22 +95,6 @@ def check_recurrence(jobtype: JobType) -> list[checks.Error]:
     """A job type's ``recurrence``, ``misfire`` and ``misfire_grace``: nothing ticks from a
     bad one, so the check says why before a deploy finds out by missing jobs."""
     label = f"{type(jobtype).__module__}.{type(jobtype).__qualname__}"
-    recurrence = jobtype.recurrence
-    if recurrence is None:
-        return []
-    problems = []
-    if not isinstance(recurrence, Every | Cron):
-        problems.append(
-            f"recurrence must be delayjobs.Every(...), delayjobs.Cron(...) or None; got "
-            f"{recurrence!r}."
-        )
-    elif recurrence.problem:
-        problems.append(f"recurrence {recurrence!r}: {recurrence.problem}")
-    if problem := misfire_problem(jobtype.misfire):
-        problems.append(problem)
-    grace = jobtype.misfire_grace
-    if grace is not None and (not isinstance(grace, timedelta) or grace <= timedelta(0)):
-        problems.append(f"misfire_grace must be a positive timedelta or None; got {grace!r}.")
     return [
         checks.Error(
             f"{label}: {problem}",
@@ -115,7 +102,7 @@ def check_recurrence(jobtype: JobType) -> list[checks.Error]:
             "made from its recurrence.",
             id="delayjobs.E102",
         )
-        for problem in problems
+        for problem in code_recurrence_problems(jobtype)
     ]
 
 

@@ -338,7 +338,7 @@ def _too_late(job: DelayedJob, jobtype: JobType, now: datetime) -> bool:
         return False
     # A recurring schedule's missed tick (its max_lateness is the grace) may be the one
     # its misfire policy runs anyway.
-    return not runs_though_late(job, now)
+    return not runs_though_late(job, jobtype, now)
 
 
 def _storable_result(value: Any) -> Any:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import logging
 import time
 
+from django.db import DatabaseError
+
 from delayjobs import transitions
 from delayjobs.conf import settings
 from delayjobs.core import clock
@@ -78,7 +80,13 @@ class DatabaseFetcher:
         self._next_ticks = now + settings.PRELOAD_INTERVAL.total_seconds()
         errors: list[str] = []
         moment = clock.now()
-        made = materialise_schedules(moment, moment + settings.PRELOAD_WINDOW, errors)
+        try:
+            made = materialise_schedules(moment, moment + settings.PRELOAD_WINDOW, errors)
+        except DatabaseError:
+            raise  # the consumer's own handling of a database away
+        except Exception:  # broken schedules must not stop the claiming of due jobs
+            logger.exception("Consumer %s: recurring schedules failed", self.claims.worker_id)
+            return
         if made or errors:
             logger.info(
                 "Consumer %s: made %d recurring tick(s) into jobs without Redis%s",

@@ -54,7 +54,7 @@ class PassResult:
             f"reaped {self.reaped} expired lease(s), planned {self.planned} job(s), "
             f"made {self.ticks} tick(s) into jobs, loaded {self.loaded} job(s) in "
             f"{self.seconds * 1000:.1f} ms"
-        )
+        ) + (f"; {len(self.errors)} error(s): {'; '.join(self.errors)}" if self.errors else "")
 
 
 def preload(*, store: RedisStore | None = None, now: datetime | None = None) -> PassResult:
@@ -78,7 +78,11 @@ def _pass(store: RedisStore, now: datetime) -> PassResult:
     result.reaped = len(rescheduled)
     for jobtype in registry:
         result.planned += _plan(jobtype, now, horizon, result.errors)
-    result.ticks = materialise_schedules(now, horizon, result.errors)
+    try:
+        result.ticks = materialise_schedules(now, horizon, result.errors)
+    except Exception as exc:  # broken schedules must not stop the window from loading
+        logger.exception("Recurring schedules could not be made into jobs")
+        result.errors.append(f"recurring schedules: {type(exc).__name__}: {exc}")
     result.loaded = load_window(store, horizon)
     result.seconds = time.perf_counter() - started
     metrics.preload_pass(result.seconds)

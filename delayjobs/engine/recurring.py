@@ -30,6 +30,7 @@ from delayjobs.api.schedules import (
 )
 from delayjobs.models import DelayedJob, jobs_database
 from delayjobs.models.schedules import Schedule, ScheduleSource
+from delayjobs.spec.jobtypes import JobType, registry
 from delayjobs.spec.recurrence import Misfire
 
 logger = logging.getLogger("delayjobs.preloader")
@@ -118,30 +119,42 @@ def _specs(schedule: Schedule, ticks: list[datetime]) -> list[dict[str, Any]]:
     # edit) met a tick already made. That job stands; none is made twice.
     held = set(DelayedJob.objects.active().filter(key__in=keys).values_list("key", flat=True))
     # Under skip and once, a tick's job that cannot start within the grace is missed:
-    # max_lateness ends it expired, unless runs_though_late says it is the catch-up.
-    grace = None if schedule.misfire == Misfire.ALL else grace_of(schedule)
+    # max_lateness ends it expired, unless runs_though_late says it runs anyway. The job
+    # type's own max_lateness, if shorter, still applies (it does under "all" too).
+    limit = None if schedule.misfire == Misfire.ALL else grace_of(schedule)
+    own = registry.get(schedule.job_type).max_lateness
+    if own is not None and (limit is None or own < limit):
+        limit = own
     return [
         {
             "job_type": schedule.job_type,
             "payload": schedule.payload,
             "run_at": tick,
             "key": key,
-            "max_lateness": grace,
+            "max_lateness": limit,
         }
         for tick, key in zip(ticks, keys, strict=True)
         if key not in held
     ]
 
 
-def runs_though_late(job: DelayedJob, now: datetime) -> bool:
-    """Whether a tick's job past its grace runs anyway: under ``once``, the latest missed
-    tick of its schedule does (the one catch-up run); every other one ends expired.
+def runs_though_late(job: DelayedJob, jobtype: JobType, now: datetime) -> bool:
+    """Whether a tick's job past its ``max_lateness`` (the grace) runs anyway.
 
-    Asked only for a job past its ``max_lateness`` (the rare path): it reads the row.
+    A retry or a lease's rerun (``attempts > 1``) is no tick any more: it runs, however
+    late, as any job would. A first attempt runs under ``once`` if its tick is the
+    latest missed one of its schedule (the one catch-up run); otherwise it ends expired.
+    The job type's own ``max_lateness`` is never overridden. Asked only on that rare
+    path: it reads the schedule's row.
     """
     name = schedule_name_of(job.key)
-    if name is None or job.attempts > 1:
-        return False  # a retry or a lease's rerun is no tick any more: max_lateness rules
+    if name is None:
+        return False
+    own = jobtype.max_lateness
+    if own is not None and now - job.run_at > own:
+        return False
+    if job.attempts > 1:
+        return True
     schedule = Schedule.objects.filter(name=name).first()
     if schedule is None or schedule.misfire != Misfire.ONCE or definition_problem(schedule):
         return False

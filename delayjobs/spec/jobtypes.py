@@ -17,7 +17,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from delayjobs.core.backoff import equal_jitter_backoff
 from delayjobs.exceptions import UnknownJobType
-from delayjobs.spec.recurrence import Misfire, Recurrence
+from delayjobs.spec.recurrence import Cron, Every, Misfire, Recurrence, misfire_problem
 
 if TYPE_CHECKING:
     # Only for annotations: this module is imported before the app registry is ready
@@ -284,3 +284,32 @@ def _check_optional_positive_int(cls: type[JobType], attr: str, none_means: str)
 
 def _qualified_name(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def code_recurrence_problems(jobtype: JobType) -> list[str]:
+    """What is wrong with a job type's ``recurrence``, ``misfire`` and ``misfire_grace``:
+    the system check delayjobs.E102 reports it, and nothing ticks meanwhile. [] if the
+    type can tick, or has no recurrence."""
+    recurrence = jobtype.recurrence
+    if recurrence is None:
+        return []
+    problems = []
+    if not isinstance(recurrence, Every | Cron):
+        problems.append(
+            f"recurrence must be delayjobs.Every(...), delayjobs.Cron(...) or None; got "
+            f"{recurrence!r}."
+        )
+    elif recurrence.problem:
+        problems.append(f"recurrence {recurrence!r}: {recurrence.problem}")
+    if problem := misfire_problem(jobtype.misfire):
+        problems.append(problem)
+    grace = jobtype.misfire_grace
+    # The grace becomes each tick's job's max_lateness, which has these bounds.
+    if grace is not None and (
+        not isinstance(grace, timedelta) or not MIN_LATENESS <= grace <= MAX_LATENESS
+    ):
+        problems.append(
+            f"misfire_grace must be a timedelta from {show_duration(MIN_LATENESS)} to "
+            f"{show_duration(MAX_LATENESS)}, or None (the MISFIRE_GRACE setting); got {grace!r}."
+        )
+    return problems

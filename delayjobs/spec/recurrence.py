@@ -14,6 +14,7 @@ schedule edited in the admin. Nothing ticks from a recurrence with a problem.
 from __future__ import annotations
 
 import itertools
+import math
 import zoneinfo
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -79,15 +80,23 @@ class Every(Recurrence):
     def __post_init__(self) -> None:
         values = {"seconds": self.seconds, "minutes": self.minutes, "hours": self.hours}
         values["days"] = self.days
-        bad = [f"{name}={v!r}" for name, v in values.items() if not _is_number(v) or v < 0]
+        # NaN and infinity too: timedelta() raises ValueError or OverflowError for them.
+        bad = [f"{name}={v!r}" for name, v in values.items() if not _is_non_negative(v)]
         interval = timedelta(0)
-        if not bad:
+        if bad:
+            problem = interval_problem(None, bad)
+        else:
             try:
                 interval = timedelta(**values)
-            except OverflowError:
-                bad.append("an interval past the calendar")
+            except OverflowError:  # more days than a timedelta holds, far past the bound
+                problem = (
+                    f"An interval must be from 1 second to {MAX_INTERVAL.days} days; got "
+                    f"{', '.join(f'{name}={v!r}' for name, v in values.items() if v)}."
+                )
+            else:
+                problem = interval_problem(interval)
         object.__setattr__(self, "interval", interval)
-        object.__setattr__(self, "problem", interval_problem(interval, bad))
+        object.__setattr__(self, "problem", problem)
 
     def ticks_after(self, moment: datetime) -> Iterator[datetime]:
         step = self.interval // _MICROSECOND
@@ -123,18 +132,29 @@ class Cron(Recurrence):
         return zoneinfo.ZoneInfo(self.tz)
 
     def ticks_after(self, moment: datetime) -> Iterator[datetime]:
-        # cronsim walks wall-clock time in the zone and resolves DST gaps and folds.
+        # cronsim walks wall-clock time in the zone and resolves DST gaps and folds. From
+        # a moment in the second pass through a repeated hour (the fall-back), it reads
+        # the wall clock and may first give that hour's tick of the first pass, which is
+        # earlier than the moment: such ticks are not "after" it.
         for tick in CronSim(self.expression, moment.astimezone(self.zone)):
-            yield tick.astimezone(UTC)
+            utc = tick.astimezone(UTC)
+            if utc > moment:
+                yield utc
 
     def last_at_or_before(self, moment: datetime) -> datetime | None:
         # cronsim also walks backwards; its start is exclusive, hence the microsecond.
         start = (moment + _MICROSECOND).astimezone(self.zone)
         try:
-            tick = next(CronSim(self.expression, start, reverse=True))
+            tick = next(CronSim(self.expression, start, reverse=True)).astimezone(UTC)
         except StopIteration:
             return None
-        return tick.astimezone(UTC)
+        # From a moment in the second pass through a repeated hour, cronsim steps back by
+        # the wall clock, past that hour's tick of the first pass: walk forward to it.
+        for later in self.ticks_after(tick):
+            if later > moment:
+                break
+            tick = later
+        return tick
 
     def describe(self) -> str:
         return f"cron {self.expression!r} ({self.tz})"
@@ -143,7 +163,7 @@ class Cron(Recurrence):
 def interval_problem(interval: timedelta | None, bad: list[str] | None = None) -> str:
     """What is wrong with an interval ("" if nothing)."""
     if bad:
-        return f"Every() takes non-negative numbers; got {', '.join(bad)}."
+        return f"Every() takes finite, non-negative numbers; got {', '.join(bad)}."
     if interval is None or not MIN_INTERVAL <= interval <= MAX_INTERVAL:
         return (
             f"An interval must be from 1 second to {MAX_INTERVAL.days} days; got "
@@ -195,5 +215,6 @@ def format_interval(interval: timedelta) -> str:
     return " ".join(f"{value}{unit}" for value, unit in parts if value) or "0s"
 
 
-def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+def _is_non_negative(value: object) -> bool:
+    """An int or float from 0 to a finite number (not a bool, NaN or infinity)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value < math.inf

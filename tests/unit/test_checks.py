@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 
 import pytest
@@ -415,4 +415,124 @@ def test_e017_bad_redis_cluster(delayjobs_settings, settings, values):
 @pytest.mark.parametrize("url", ["redis://127.0.0.1:7000", "rediss://u:p@10.0.0.1:7000/0"])
 def test_redis_cluster_with_a_url(delayjobs_settings, url):
     delayjobs_settings(REDIS_CLUSTER=True, REDIS_URL=url)
+    assert check_settings() == []
+
+
+# Recurring job types (delayjobs.E102) and MISFIRE_GRACE -------------------------------
+
+
+#: How E102 states the bounds of misfire_grace (those of max_lateness: it becomes that).
+GRACE_BOUNDS = (
+    "misfire_grace must be a timedelta from 1 ms to 366 days, or None (the MISFIRE_GRACE setting);"
+)
+
+
+def recurrence_errors(**attrs: object) -> list[str]:
+    """The E102 messages of a job type registered with ``attrs``, by Django's checks."""
+    cls = delayjobs.register(make_type(name="tests.recurring", **attrs))
+    label = f"{cls.__module__}.{cls.__qualname__}: "
+    messages = [m for m in checks.run_checks(tags=["delayjobs"]) if m.id == "delayjobs.E102"]
+    for message in messages:
+        assert message.level == checks.ERROR
+        assert message.msg.startswith(label), message.msg
+        assert "docs/howto/recurring.md" in message.hint
+    return [message.msg.removeprefix(label) for message in messages]
+
+
+@pytest.mark.parametrize(
+    "attrs",
+    [
+        {"recurrence": delayjobs.Every(seconds=1)},
+        {"recurrence": delayjobs.Every(minutes=5), "misfire": "skip"},
+        {"recurrence": delayjobs.Cron("0 8 * * MON-FRI", tz="Europe/Berlin"), "misfire": "all"},
+        {"recurrence": delayjobs.Cron("*/10 * * * * *"), "misfire_grace": timedelta(seconds=5)},
+        {"recurrence": None},
+    ],
+)
+def test_e102_a_good_recurrence_passes(clean_registry: None, attrs: dict[str, object]) -> None:
+    assert recurrence_errors(**attrs) == []
+
+
+@pytest.mark.parametrize(
+    ("attrs", "expected"),
+    [
+        (
+            {"recurrence": delayjobs.Cron("61 * * * *")},
+            "recurrence Cron(expression='61 * * * *', tz='UTC'): '61 * * * *' is not a "
+            "valid cron expression: Bad minute.",
+        ),
+        (
+            {"recurrence": delayjobs.Cron("0 8 * * *", tz="Europe/Berlim")},
+            "recurrence Cron(expression='0 8 * * *', tz='Europe/Berlim'): Unknown time zone "
+            "'Europe/Berlim': use an IANA name such as 'Europe/Berlin'.",
+        ),
+        (
+            {"recurrence": delayjobs.Every(seconds=0.5)},
+            "recurrence Every(seconds=0.5, minutes=0, hours=0, days=0): An interval must be "
+            "from 1 second to 3660 days; got 0.5s.",
+        ),
+        (
+            {"recurrence": "*/5 * * * *"},
+            "recurrence must be delayjobs.Every(...), delayjobs.Cron(...) or None; got "
+            "'*/5 * * * *'.",
+        ),
+        (
+            {"recurrence": timedelta(minutes=5)},
+            "recurrence must be delayjobs.Every(...), delayjobs.Cron(...) or None; got "
+            "datetime.timedelta(seconds=300).",
+        ),
+        (
+            {"recurrence": delayjobs.Every(minutes=1), "misfire": "never"},
+            "misfire must be one of 'skip', 'once', 'all'; got 'never'.",
+        ),
+        (
+            {"recurrence": delayjobs.Every(minutes=1), "misfire_grace": 60},
+            f"{GRACE_BOUNDS} got 60.",
+        ),
+        (
+            {"recurrence": delayjobs.Every(minutes=1), "misfire_grace": timedelta(0)},
+            f"{GRACE_BOUNDS} got datetime.timedelta(0).",
+        ),
+        (
+            {"recurrence": delayjobs.Every(minutes=1), "misfire_grace": timedelta(days=367)},
+            f"{GRACE_BOUNDS} got datetime.timedelta(days=367).",
+        ),
+        (
+            {"recurrence": delayjobs.Every(minutes=1), "misfire_grace": timedelta(seconds=-1)},
+            f"{GRACE_BOUNDS} got datetime.timedelta(days=-1, seconds=86399).",
+        ),
+    ],
+)
+def test_e102_a_bad_recurrence_is_a_clear_error(
+    clean_registry: None, attrs: dict[str, object], expected: str
+) -> None:
+    assert recurrence_errors(**attrs) == [expected]
+
+
+def test_e102_reports_every_problem_of_a_recurring_type(clean_registry: None) -> None:
+    errors = recurrence_errors(
+        recurrence=delayjobs.Cron("* * *", tz="Nowhere"), misfire="sometimes", misfire_grace=1
+    )
+    assert [error.split(":")[0] for error in errors] == [
+        "recurrence Cron(expression='* * *', tz='Nowhere')",
+        "misfire must be one of 'skip', 'once', 'all'; got 'sometimes'.",
+        f"{GRACE_BOUNDS} got 1.",
+    ]
+    assert "Unknown time zone 'Nowhere'" in errors[0]
+
+
+@pytest.mark.parametrize("value", [0, -1, "60", None, True, timedelta(0), timedelta(days=366)])
+def test_e005_bad_misfire_grace(delayjobs_settings: Callable[..., None], value: object) -> None:
+    delayjobs_settings(MISFIRE_GRACE=value)
+    [message] = check_settings()
+    assert message.id == "delayjobs.E005"
+    assert "DELAYJOBS['MISFIRE_GRACE']" in message.msg
+    assert repr(value) in message.msg
+
+
+@pytest.mark.parametrize("value", [1, 0.5, 300, timedelta(minutes=2), timedelta(days=365)])
+def test_misfire_grace_may_be_seconds_or_a_timedelta(
+    delayjobs_settings: Callable[..., None], value: object
+) -> None:
+    delayjobs_settings(MISFIRE_GRACE=value)
     assert check_settings() == []
