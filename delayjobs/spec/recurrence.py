@@ -58,7 +58,7 @@ class Recurrence:
         return list(itertools.islice(ticks, limit))
 
     def last_at_or_before(self, moment: datetime) -> datetime | None:
-        """The latest tick at or before ``moment`` (None if none in the year before it)."""
+        """The latest tick at or before ``moment`` (None if there is none)."""
         raise NotImplementedError
 
     def describe(self) -> str:
