@@ -83,7 +83,11 @@ def _materialise(pk: int, now: datetime, horizon: datetime) -> int:
         if new_cursor == cursor:
             return 0
         specs = _specs(schedule, ticks)
-        moved = Schedule.objects.filter(pk=pk, materialised_until=schedule.materialised_until)
+        # Still enabled, too: a pause committed since the read (no row lock on SQLite)
+        # has cancelled the coming ticks' jobs, and none may be made after it.
+        moved = Schedule.objects.filter(
+            pk=pk, enabled=True, materialised_until=schedule.materialised_until
+        )
         if not moved.update(materialised_until=new_cursor):
             raise _CursorMoved  # rolls back nothing written yet: the jobs come next
         if specs:
