@@ -14,7 +14,7 @@ pre-loader's pass that makes ticks into jobs runs in the test's own process too
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -22,12 +22,12 @@ from zoneinfo import ZoneInfo
 import pytest
 from django.utils import timezone
 
-import delayjobs
 from delayjobs.api.schedules import add_schedule, next_ticks, sync_code_schedules
 from delayjobs.engine.recurring import materialise_schedules
 from delayjobs.models import DelayedJob, JobStatus, Schedule, ScheduleSource
-from delayjobs.spec.jobtypes import registry
 from tests.browser.test_browser import log_in, staff_user
+from tests.support import schedules as schedule_types
+from tests.support.schedules import Nightly, Ticking
 
 try:
     from playwright.sync_api import Locator, Page, expect
@@ -35,6 +35,9 @@ except ImportError as exc:  # a clear failure, never a skip
     raise ImportError(
         "The browser tests need Playwright for Python: pip install -e '.[test]'"
     ) from exc
+
+#: The fixture that registers Nightly and Ticking for a test.
+code_types = schedule_types.code_types
 
 pytestmark = [pytest.mark.browser, pytest.mark.subprocess]
 
@@ -47,35 +50,6 @@ OPERATOR = (
     "pause_schedule",
     "view_delayedjob",
 )
-
-
-class Nightly(delayjobs.JobType):
-    """A code schedule in a time zone of its own, ticking days apart."""
-
-    name = "tests.browser_nightly"
-    recurrence = delayjobs.Cron("0 8 * * MON-FRI", tz="Europe/Berlin")
-
-    def execute(self, job: DelayedJob) -> None:
-        pass
-
-
-class Ticking(delayjobs.JobType):
-    """A code schedule with ticks in every pre-load window: jobs for a pause to cancel."""
-
-    name = "tests.browser_ticking"
-    recurrence = delayjobs.Every(seconds=10)
-
-    def execute(self, job: DelayedJob) -> None:
-        pass
-
-
-@pytest.fixture
-def code_types() -> Iterator[None]:
-    registry.add(Nightly)
-    registry.add(Ticking)
-    yield
-    registry.remove(Nightly.name)
-    registry.remove(Ticking.name)
 
 
 def schedule_row(page: Page, name: str) -> Locator:

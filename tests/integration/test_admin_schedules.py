@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -36,6 +35,11 @@ from delayjobs.engine.recurring import materialise_schedules
 from delayjobs.models import DelayedJob, JobStatus, Schedule, ScheduleSource, jobs_database
 from delayjobs.spec.jobtypes import registry
 from tests.integration.test_admin import Containing, message_texts, staff_client
+from tests.support import schedules as schedule_types
+from tests.support.schedules import Nightly, Ticking
+
+#: The fixture that registers Nightly and Ticking for a test.
+code_types = schedule_types.code_types
 
 pytestmark = pytest.mark.django_db
 
@@ -50,35 +54,6 @@ OPERATOR = (
     "pause_schedule",
     "view_delayedjob",
 )
-
-
-class Nightly(delayjobs.JobType):
-    """A code schedule whose ticks are days apart: the list's ticks are stable to read."""
-
-    name = "tests.admin_nightly"
-    recurrence = delayjobs.Cron("0 8 * * MON-FRI", tz="Europe/Berlin")
-
-    def execute(self, job: DelayedJob) -> None:
-        pass
-
-
-class Ticking(delayjobs.JobType):
-    """A code schedule with ticks in every pre-load window: jobs to cancel on a pause."""
-
-    name = "tests.admin_ticking"
-    recurrence = delayjobs.Every(seconds=10)
-
-    def execute(self, job: DelayedJob) -> None:
-        pass
-
-
-@pytest.fixture
-def code_types() -> Iterator[None]:
-    registry.add(Nightly)
-    registry.add(Ticking)
-    yield
-    registry.remove(Nightly.name)
-    registry.remove(Ticking.name)
 
 
 @pytest.fixture
