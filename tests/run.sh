@@ -120,14 +120,56 @@ if [ "$ARGS_GIVEN" -eq 0 ]; then
     MAIN_SUITE="$MAIN_SUITE and not unit"
 fi
 
-header "pytest on SQLite"
-DELAYJOBS_TEST_DB=sqlite run_pytest -m "$MAIN_SUITE" "$@"
+# The SQLite and PostgreSQL runs share nothing (each pytest session starts its own Redis, and
+# its own PostgreSQL, on free loopback ports), and their tests mostly wait for consumers: side by
+# side they take about 8 minutes on 2 CPUs, one after the other 13. The fault suite (its own
+# PostgreSQL and Redis, which it kills, flushes and restarts under load, ~2 min) follows the
+# shorter SQLite run in its slot. Each log is printed whole when its run ends, never
+# interleaved; meanwhile `tail -f` follows it.
+sqlite_then_faults() {
+    header "pytest on SQLite"
+    DELAYJOBS_TEST_DB=sqlite run_pytest -m "$MAIN_SUITE" "$@"
+    header "Fault-injection suite"
+    DELAYJOBS_TEST_DB=postgres run_pytest -m faults "${@:-tests/faults}"
+}
+postgres_suite() {
+    header "pytest on PostgreSQL"
+    DELAYJOBS_TEST_DB=postgres run_pytest -m "$MAIN_SUITE" "$@"
+}
 
-header "pytest on PostgreSQL"
-DELAYJOBS_TEST_DB=postgres run_pytest -m "$MAIN_SUITE" "$@"
-
-# Its own PostgreSQL and Redis, which it kills, flushes and restarts under load (~2 min).
-header "Fault-injection suite"
-DELAYJOBS_TEST_DB=postgres run_pytest -m faults "${@:-tests/faults}"
+logs=$(mktemp -d "${TMPDIR:-/tmp}/delayjobs-tests.XXXXXX")
+declare -A slots=()  # pid -> log name
+start_slot() {
+    local name=$1
+    shift
+    # A background job of a script ignores SIGINT; `trap - INT` gives it back, so that Ctrl-C
+    # reaches pytest, which then stops the servers its session started.
+    ( trap - INT; set -e; "$@" ) >"$logs/$name.log" 2>&1 &
+    slots[$!]=$name
+}
+start_slot sqlite sqlite_then_faults "$@"
+start_slot postgres postgres_suite "$@"
+# Ctrl-C reaches both runs too: this script outlives it, waits while they stop, prints them.
+interrupted=0
+trap 'interrupted=1' INT
+header "SQLite then faults, and PostgreSQL, side by side: tail -f $logs/*.log"
+failed=()
+while [ ${#slots[@]} -gt 0 ]; do
+    status=0 pid=
+    wait -n -p pid "${!slots[@]}" || status=$?
+    [ -n "${pid:-}" ] || continue  # the wait was cut short by Ctrl-C: the runs are stopping
+    cat "$logs/${slots[$pid]}.log"
+    [ "$status" -eq 0 ] || failed+=("${slots[$pid]}")
+    unset "slots[$pid]"
+done
+rm -rf "$logs"
+if [ "$interrupted" -eq 1 ]; then
+    header "Interrupted"
+    exit 130
+fi
+if [ ${#failed[@]} -gt 0 ]; then
+    header "Failed: ${failed[*]}"
+    exit 1
+fi
 
 header "All checks passed"
