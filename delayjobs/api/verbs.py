@@ -32,7 +32,7 @@ from delayjobs.spec.validation import (
     refuse_repeated_keys,
     resolve_run_at,
 )
-from delayjobs.transitions.bulk import insert_jobs
+from delayjobs.transitions.bulk import insert_job, insert_jobs
 from delayjobs.transitions.lanes import index_entry
 
 logger = logging.getLogger("delayjobs.api")  # the old path: users' LOGGING names it
@@ -79,7 +79,7 @@ def schedule(
     if spec.key is None:
         # No constraint can fail: a plain INSERT in the caller's transaction (or autocommit).
         job = spec.new_job()
-        job.save(force_insert=True, using=using)
+        insert_job(job, using)
         _on_commit_scheduled([job], using)
         return job
     with transaction.atomic(using=using):
@@ -192,7 +192,7 @@ def _schedule_keyed(spec: JobSpec, using: str) -> DelayedJob:
         job = spec.new_job()
         try:
             with transaction.atomic(using=using):
-                job.save(force_insert=True, using=using)
+                insert_job(job, using)
         except IntegrityError:
             if spec.replace and attempt == 0:
                 continue

@@ -463,6 +463,68 @@ def test_schedule_many_rows_read_back_exactly_as_written():
     assert jobs[1].queue == "other" and jobs[1].status == "scheduled" and jobs[1].attempts == 0
 
 
+@pytest.mark.parametrize("keyed", [False, True], ids=["plain", "keyed"])
+def test_schedule_row_reads_back_exactly_as_written(keyed, django_capture_on_commit_callbacks):
+    """The one-row INSERT compiled once (PostgreSQL) stores what save() stores, in one
+    statement that Django's cursor sees (query logging, execute wrappers)."""
+    text = "tab\there, quote ' \" é \\u0000"
+    linked = DelayedJob.objects.create(job_type="tests.noop", run_at=timezone.now())
+    with (
+        CaptureQueriesContext(connection) as captured,
+        django_capture_on_commit_callbacks(execute=True),
+    ):
+        job = delayjobs.schedule(
+            SCRIPTED,
+            {"text": text, "list": [1, None, 2.5], "nested": {"a": {"b": True}}},
+            run_at=soon(2),  # in the pre-load window: indexed on commit
+            key="row:1" if keyed else None,
+            max_attempts=7,
+            max_lateness=timedelta(seconds=90),
+            priority=-3,
+            obj=linked,
+        )
+    inserts = [q["sql"] for q in captured.captured_queries if "INSERT" in q["sql"].upper()]
+    assert len(inserts) == 1, inserts
+    assert job.pk is not None and not job._state.adding and job._state.db == "default"
+    stored = DelayedJob.objects.get(pk=job.pk)
+    for field in DelayedJob._meta.concrete_fields:
+        assert getattr(stored, field.attname) == getattr(job, field.attname), field.name
+    assert stored.payload["text"] == text
+    # No result yet is SQL NULL, as save() stores it, not the JSON null.
+    assert DelayedJob.objects.filter(pk=job.pk, result__isnull=True).exists()
+    assert stored.object_id == str(linked.pk)
+    assert members(job.queue) == {job.pk: job.run_at.timestamp()}
+
+
+def test_schedule_sends_save_signals_when_a_receiver_listens_to_delayed_job():
+    """With a pre_save or post_save receiver of DelayedJob, schedule() saves through the ORM,
+    so the receivers see the new job as they always did."""
+    from django.db.models.signals import post_save, pre_save
+
+    seen: list[tuple[str, bool, int | None]] = []
+
+    def before(sender, instance, **kwargs):
+        seen.append(("pre", instance._state.adding, instance.pk))
+
+    def after(sender, instance, created, **kwargs):
+        seen.append(("post", created, instance.pk))
+
+    pre_save.connect(before, sender=DelayedJob)
+    post_save.connect(after, sender=DelayedJob)
+    try:
+        job = delayjobs.schedule(SCRIPTED, {"n": 1})
+        keyed = delayjobs.schedule(SCRIPTED, {"n": 2}, key="signals:1")
+    finally:
+        pre_save.disconnect(before, sender=DelayedJob)
+        post_save.disconnect(after, sender=DelayedJob)
+    assert seen == [
+        ("pre", True, None),
+        ("post", True, job.pk),
+        ("pre", True, None),
+        ("post", True, keyed.pk),
+    ]
+
+
 def test_schedule_many_where_every_spec_replaces_inserts_nothing_and_moves_all():
     first = delayjobs.schedule(SCRIPTED, {"v": 1}, run_at=soon(5), key="a")
     second = delayjobs.schedule(SCRIPTED, {"v": 1}, run_at=soon(5), key="b")
@@ -688,7 +750,7 @@ def test_retry_runs_a_finished_job_again_now_keeping_its_history(
     assert job.finished_at is None
     assert job.worker_id == ""
     assert job.history.count() == 3
-    assert members() == {job.pk: job.run_at.timestamp()}
+    assert members(job.queue) == {job.pk: job.run_at.timestamp()}
 
 
 def test_retry_by_id():
@@ -734,7 +796,7 @@ def test_job_reaches_redis_only_when_the_transaction_commits(django_capture_on_c
             assert members() == {}
         assert members() == {}  # the test's own transaction has not committed yet
     assert callbacks  # the hand-off to Redis (and, with prometheus_client, the count)
-    assert members() == {job.pk: job.run_at.timestamp()}
+    assert members(job.queue) == {job.pk: job.run_at.timestamp()}
 
 
 @pytest.mark.django_db(transaction=True)
@@ -742,7 +804,7 @@ def test_job_reaches_redis_when_a_real_transaction_commits():
     with transaction.atomic():
         job = delayjobs.schedule(SCRIPTED, run_at=soon(), key="k")
         assert members() == {}
-    assert members() == {job.pk: job.run_at.timestamp()}
+    assert members(job.queue) == {job.pk: job.run_at.timestamp()}
 
 
 @pytest.mark.django_db(transaction=True)
@@ -777,7 +839,7 @@ def test_rolled_back_cancel_keeps_the_job_scheduled_and_indexed():
 @pytest.mark.django_db(transaction=True)
 def test_autocommit_schedule_is_indexed_at_once():
     job = delayjobs.schedule(SCRIPTED, run_at=soon())
-    assert members() == {job.pk: job.run_at.timestamp()}
+    assert members(job.queue) == {job.pk: job.run_at.timestamp()}
 
 
 @pytest.fixture
