@@ -62,6 +62,7 @@ START_IN = 1.0
 SPREAD = 5.0
 FAULT_SPREAD = 13.0
 CANCEL = 100
+ONE_BY_ONE = 200  # test_a: jobs scheduled by schedule(), one call each
 CONCURRENCY = 10
 #: Faults strike once this many executions are in the ledger: in the thick of the load.
 FAULT_AFTER = 400
@@ -255,6 +256,9 @@ def test_a_core_path_through_pgbouncer(
     before = transactions(services)
     consumers = start_consumers(run, "a")
     batch = run.schedule(JOBS, start_in=START_IN, spread=SPREAD, cancel=CANCEL)
+    # schedule() one job at a time too: its INSERT has its values bound on the server, which
+    # transaction pooling must carry as it does any statement (no prepared statement).
+    run.schedule(ONE_BY_ONE, start_in=START_IN, spread=SPREAD, bulk=False)
     final_at = run.wait_final(consumers)
     pool = services.pool()
 
