@@ -750,7 +750,7 @@ def test_retry_runs_a_finished_job_again_now_keeping_its_history(
     assert job.finished_at is None
     assert job.worker_id == ""
     assert job.history.count() == 3
-    assert members(job.queue) == {job.pk: job.run_at.timestamp()}
+    assert members() == {job.pk: job.run_at.timestamp()}
 
 
 def test_retry_by_id():
@@ -796,7 +796,7 @@ def test_job_reaches_redis_only_when_the_transaction_commits(django_capture_on_c
             assert members() == {}
         assert members() == {}  # the test's own transaction has not committed yet
     assert callbacks  # the hand-off to Redis (and, with prometheus_client, the count)
-    assert members(job.queue) == {job.pk: job.run_at.timestamp()}
+    assert members() == {job.pk: job.run_at.timestamp()}
 
 
 @pytest.mark.django_db(transaction=True)
@@ -804,7 +804,7 @@ def test_job_reaches_redis_when_a_real_transaction_commits():
     with transaction.atomic():
         job = delayjobs.schedule(SCRIPTED, run_at=soon(), key="k")
         assert members() == {}
-    assert members(job.queue) == {job.pk: job.run_at.timestamp()}
+    assert members() == {job.pk: job.run_at.timestamp()}
 
 
 @pytest.mark.django_db(transaction=True)
@@ -839,7 +839,7 @@ def test_rolled_back_cancel_keeps_the_job_scheduled_and_indexed():
 @pytest.mark.django_db(transaction=True)
 def test_autocommit_schedule_is_indexed_at_once():
     job = delayjobs.schedule(SCRIPTED, run_at=soon())
-    assert members(job.queue) == {job.pk: job.run_at.timestamp()}
+    assert members() == {job.pk: job.run_at.timestamp()}
 
 
 @pytest.fixture
