@@ -27,7 +27,7 @@ from django.db.models import JSONField
 from django.db.models.signals import post_save, pre_save
 from django.db.models.sql import InsertQuery
 
-from delayjobs.core.db import column, is_psycopg3
+from delayjobs.core.db import column, on_psycopg3_postgresql, server_bound_cursor
 from delayjobs.models import DelayedJob, JobAttempt
 
 BULK_CREATE_BATCH = 500
@@ -50,7 +50,7 @@ def insert_jobs(jobs: Sequence[DelayedJob], using: str) -> None:
     if not jobs:
         return
     connection = connections[using]
-    if connection.vendor == "postgresql" and is_psycopg3():
+    if on_psycopg3_postgresql(connection):
         _copy_into_postgresql(jobs, using)
     else:
         DelayedJob.objects.using(using).bulk_create(jobs, batch_size=BULK_CREATE_BATCH)
@@ -60,38 +60,17 @@ def insert_job(job: DelayedJob, using: str) -> None:
     """INSERT ``job`` (new, unsaved) and set its primary key: ``job.save(force_insert=True)``."""
     connection = connections[using]
     if not (
-        connection.vendor == "postgresql"
-        and is_psycopg3()
+        on_psycopg3_postgresql(connection)
         and not pre_save.has_listeners(DelayedJob)
         and not post_save.has_listeners(DelayedJob)
     ):
         job.save(force_insert=True, using=using)
         return
     sql = _insert_statement(using, connection.vendor)
-    with _server_bound_cursor(connection) as cursor:
+    with server_bound_cursor(connection) as cursor:
         cursor.execute(sql, _row_values(job))
         (pk,) = cursor.fetchone()
     _mark_saved([job], [pk], using)
-
-
-def _server_bound_cursor(connection: Any) -> Any:
-    """Django's cursor wrapper (query logging, execute wrappers, error translation) around a
-    psycopg cursor that binds parameters on the server.
-
-    Django's own cursors bind on the client unless ``OPTIONS["server_side_binding"]``: psycopg
-    then quotes every value into the statement's text in Python, a fifth of what is left of a
-    ``schedule()`` call. Django's connection settings still apply (no automatic prepared
-    statements: ``prepare_threshold`` is None, safe behind PgBouncer).
-    """
-    import psycopg
-
-    connection.close_if_health_check_failed()
-    connection.ensure_connection()
-    connection.validate_thread_sharing()
-    cursor = psycopg.Cursor(connection.connection)
-    if connection.queries_logged:
-        return connection.make_debug_cursor(cursor)
-    return connection.make_cursor(cursor)
 
 
 def insert_attempts(rows: Sequence[tuple[object, ...]], using: str) -> None:
@@ -103,7 +82,7 @@ def insert_attempts(rows: Sequence[tuple[object, ...]], using: str) -> None:
     if not rows:
         return
     connection = connections[using]
-    if connection.vendor == "postgresql" and is_psycopg3():
+    if on_psycopg3_postgresql(connection):
         meta = JobAttempt._meta
         quote = connection.ops.quote_name
         columns = ", ".join(quote(column(JobAttempt, name)) for name in ATTEMPT_FIELDS)
