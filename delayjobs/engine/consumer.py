@@ -109,6 +109,7 @@ class Consumer:
         self.store = store or get_store()
         self.exit_code = 0
         self._stopping = False
+        self._stop_requested_by: str | None = None  # the signal, for the log
         self._stop_event = threading.Event()  # the same, for the helper threads
         self._drained = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -225,16 +226,17 @@ class Consumer:
         return self.exit_code
 
     def request_stop(self, signum: int | None = None, frame: FrameType | None = None) -> None:
-        """First call: claim nothing more and let running jobs finish. Second: leave now."""
+        """First call: claim nothing more and let running jobs finish. Second: leave now.
+
+        A signal handler runs in the main thread between two steps of the main loop,
+        perhaps halfway through a turn that is about to claim. So this only asks the loop
+        to stop; the loop says "claiming no more" once its turn is over, when it is true.
+        """
         name = signal.Signals(signum).name if signum else "stop request"
         if self._stopping:
             logger.warning("%s again: exiting now; running jobs return after their lease.", name)
             os._exit(1)
-        logger.warning(
-            "%s: finishing %d running job(s), claiming no more (again to exit at once).",
-            name,
-            self.inflight.count(),
-        )
+        self._stop_requested_by = name
         self._stopping = True
         self._stop_event.set()
         self.wake()
@@ -300,10 +302,16 @@ class Consumer:
                 drop_broken_connections()
                 wait = ERROR_BACKOFF
             if wait is None:  # burst mode and nothing left to do
-                return
+                break
             wait = _earliest(wait, next_timeout)
             if wait is not None and wait > 0:
                 self.inflight.sleep(seen, wait, lambda: self._stopping)
+        if self._stop_requested_by is not None:
+            logger.warning(
+                "%s: finishing %d running job(s), claiming no more (again to exit at once).",
+                self._stop_requested_by,
+                self.inflight.count(),
+            )
 
     def _stop_stuck(self, filled: str) -> None:
         logger.error(
