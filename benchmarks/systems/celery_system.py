@@ -47,6 +47,18 @@ class CelerySystem(System):
             "workers": [["--pool", "threads", "--concurrency", "8"]] * 2,
             "executors": 2,
         },
+        "threads-2x25": {
+            "describe": "2 worker processes x `--pool threads --concurrency 25`, Redis broker, "
+            "`apply_async(eta=...)`, results ignored, prefetch multiplier 4 (default)",
+            "workers": [["--pool", "threads", "--concurrency", "25"]] * 2,
+            "executors": 2,
+        },
+        "threads-2x50": {
+            "describe": "2 worker processes x `--pool threads --concurrency 50`, Redis broker, "
+            "`apply_async(eta=...)`, results ignored, prefetch multiplier 4 (default)",
+            "workers": [["--pool", "threads", "--concurrency", "50"]] * 2,
+            "executors": 2,
+        },
         "prefork-2": {
             "describe": "1 worker `--pool prefork --concurrency 2` (a parent and 2 children: "
             "3 OS processes), Redis broker, `apply_async(eta=...)`, results ignored",

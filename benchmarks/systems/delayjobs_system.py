@@ -28,6 +28,7 @@ class DelayJobsSystem(System):
         # For job bodies that wait on I/O: more threads (or async job types).
         "1x50": {"processes": 1, "concurrency": 50},
         "2x25": {"processes": 2, "concurrency": 25},
+        "2x50": {"processes": 2, "concurrency": 50},
     }
 
     def versions(self) -> dict[str, str]:
