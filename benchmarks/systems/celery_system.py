@@ -37,28 +37,23 @@ def work(job_id: int, run_at: float) -> None:
 QUIET = ["--without-mingle", "--without-gossip", "--without-heartbeat", "--loglevel", "WARNING"]
 
 
+def _thread_workers(processes: int, threads: int) -> dict[str, Any]:
+    """``processes`` worker processes, each ``--pool threads --concurrency threads``."""
+    return {
+        "describe": f"{processes} worker processes x `--pool threads --concurrency {threads}`, "
+        "Redis broker, `apply_async(eta=...)`, results ignored, prefetch multiplier 4 (default)",
+        "workers": [["--pool", "threads", "--concurrency", str(threads)]] * processes,
+        "executors": processes,
+    }
+
+
 class CelerySystem(System):
     name = "celery"
     has_bulk = False  # no bulk call for ETA tasks: schedule_many is a loop
     configs: ClassVar[dict[str, dict[str, Any]]] = {
-        "threads-2x8": {
-            "describe": "2 worker processes x `--pool threads --concurrency 8`, Redis broker, "
-            "`apply_async(eta=...)`, results ignored, prefetch multiplier 4 (default)",
-            "workers": [["--pool", "threads", "--concurrency", "8"]] * 2,
-            "executors": 2,
-        },
-        "threads-2x25": {
-            "describe": "2 worker processes x `--pool threads --concurrency 25`, Redis broker, "
-            "`apply_async(eta=...)`, results ignored, prefetch multiplier 4 (default)",
-            "workers": [["--pool", "threads", "--concurrency", "25"]] * 2,
-            "executors": 2,
-        },
-        "threads-2x50": {
-            "describe": "2 worker processes x `--pool threads --concurrency 50`, Redis broker, "
-            "`apply_async(eta=...)`, results ignored, prefetch multiplier 4 (default)",
-            "workers": [["--pool", "threads", "--concurrency", "50"]] * 2,
-            "executors": 2,
-        },
+        # 8 threads a worker: the best with bodies that do not wait; 25 for bodies that
+        # wait (sleep10); 50 was slower than 25 (docs/benchmarks.md).
+        **{f"threads-2x{threads}": _thread_workers(2, threads) for threads in (8, 25, 50)},
         "prefork-2": {
             "describe": "1 worker `--pool prefork --concurrency 2` (a parent and 2 children: "
             "3 OS processes), Redis broker, `apply_async(eta=...)`, results ignored",

@@ -130,23 +130,23 @@ def on_psycopg3_postgresql(connection: BaseDatabaseWrapper) -> bool:
 
 
 def server_bound_cursor(connection: Any) -> Any:
-    """Django's cursor wrapper (query logging, execute wrappers, error translation) around a
-    psycopg cursor that binds parameters on the server.
+    """Django's cursor wrapper (query logging, execute wrappers, error translation) around
+    Django's own psycopg cursor that binds parameters on the server.
 
     Django's own cursors bind on the client unless ``OPTIONS["server_side_binding"]``: psycopg
     then quotes every value into the statement's text in Python, a fifth of what is left of a
-    ``schedule()`` call. Django's connection settings still apply (no automatic prepared
-    statements: ``prepare_threshold`` is None, safe behind PgBouncer).
+    ``schedule()`` call. Everything else is ``connection.cursor()``'s own steps (health
+    check, connecting, thread check, wrapping), and Django's connection settings still
+    apply (no automatic prepared statements: ``prepare_threshold`` is None, safe behind
+    PgBouncer).
     """
-    import psycopg
+    # Django 4.2+ (psycopg 3); django-stubs does not list it.
+    from django.db.backends.postgresql.base import ServerBindingCursor  # type: ignore[attr-defined]
 
     connection.close_if_health_check_failed()
     connection.ensure_connection()
-    connection.validate_thread_sharing()
-    cursor = psycopg.Cursor(connection.connection)
-    if connection.queries_logged:
-        return connection.make_debug_cursor(cursor)
-    return connection.make_cursor(cursor)
+    with connection.wrap_database_errors:
+        return connection._prepare_cursor(ServerBindingCursor(connection.connection))
 
 
 def _load_utc_timestamps_fast(cursor: Any) -> None:

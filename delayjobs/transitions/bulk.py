@@ -59,11 +59,7 @@ def insert_jobs(jobs: Sequence[DelayedJob], using: str) -> None:
 def insert_job(job: DelayedJob, using: str) -> None:
     """INSERT ``job`` (new, unsaved) and set its primary key: ``job.save(force_insert=True)``."""
     connection = connections[using]
-    if not (
-        on_psycopg3_postgresql(connection)
-        and not pre_save.has_listeners(DelayedJob)
-        and not post_save.has_listeners(DelayedJob)
-    ):
+    if not _one_row_insert_applies(connection):
         job.save(force_insert=True, using=using)
         return
     sql = _insert_statement(using, connection.vendor)
@@ -71,6 +67,16 @@ def insert_job(job: DelayedJob, using: str) -> None:
         cursor.execute(sql, _row_values(job))
         (pk,) = cursor.fetchone()
     _mark_saved([job], [pk], using)
+
+
+def _one_row_insert_applies(connection: Any) -> bool:
+    """Whether ``insert_job`` may bypass ``save()``: PostgreSQL through psycopg 3, and no
+    receiver of ``DelayedJob``'s save signals to miss them."""
+    return (
+        on_psycopg3_postgresql(connection)
+        and not pre_save.has_listeners(DelayedJob)
+        and not post_save.has_listeners(DelayedJob)
+    )
 
 
 def insert_attempts(rows: Sequence[tuple[object, ...]], using: str) -> None:
