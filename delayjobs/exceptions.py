@@ -11,7 +11,18 @@ class DelayJobsError(Exception):
 
 
 class InvalidJob(DelayJobsError, ValueError):
-    """The arguments describe no valid job; nothing was written."""
+    """The arguments describe no valid job; nothing was written.
+
+    ``field`` names the argument at fault (``"run_at"``, ``"payload"``; None when the
+    arguments are wrong together), and ``index`` the job's position in a
+    ``schedule_many()`` batch (None outside one), so that callers such as the HTTP API
+    can point at the field without reading the message.
+    """
+
+    def __init__(self, message: str, *, field: str | None = None, index: int | None = None):
+        super().__init__(message)
+        self.field = field
+        self.index = index
 
 
 class UnknownJobType(InvalidJob, LookupError):
@@ -22,7 +33,8 @@ class UnknownJobType(InvalidJob, LookupError):
         hint = f" Registered job types: {', '.join(sorted(known))}." if known else ""
         super().__init__(
             f"Unknown job type {name!r}.{hint} Register it with @delayjobs.register in a "
-            f"'delay_jobs' module of an installed app."
+            f"'delay_jobs' module of an installed app.",
+            field="job_type",
         )
 
 

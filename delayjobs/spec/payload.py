@@ -24,7 +24,7 @@ def normalize_payload(payload: Any) -> Any:
     """The payload as it will be stored and read back: a JSON round trip, within the limit."""
     if payload is None:
         return {}
-    return storable_json(payload, "The payload")
+    return storable_json(payload, "The payload", field="payload")
 
 
 def nesting_depth(value: Any, limit: int) -> int:
@@ -47,16 +47,17 @@ def nesting_depth(value: Any, limit: int) -> int:
     return deepest
 
 
-def storable_json(value: Any, what: str) -> Any:
+def storable_json(value: Any, what: str, *, field: str | None = None) -> Any:
     """``value`` after a JSON round trip, as a JSON column stores it; ``InvalidJob`` if it
     cannot be stored or is over ``MAX_PAYLOAD_BYTES`` or ``MAX_PAYLOAD_DEPTH``. ``what``
-    names it in the message."""
+    names it in the message, ``field`` in the error (``InvalidJob.field``)."""
     depth_limit = conf.MAX_PAYLOAD_DEPTH
     if nesting_depth(value, depth_limit) > depth_limit:
-        _refuse_circular(value, what)
+        _refuse_circular(value, what, field)
         raise InvalidJob(
             f"{what} nests lists and dicts more than {depth_limit} levels deep "
-            f"(DELAYJOBS['MAX_PAYLOAD_DEPTH']). Store flat data: ids and values."
+            f"(DELAYJOBS['MAX_PAYLOAD_DEPTH']). Store flat data: ids and values.",
+            field=field,
         )
     try:
         # ensure_ascii=False: the text is then what the size limit measures (its UTF-8
@@ -65,31 +66,37 @@ def storable_json(value: Any, what: str) -> Any:
     except (TypeError, ValueError) as exc:
         raise InvalidJob(
             f"{what} must be JSON-serializable (dicts, lists, strings, finite numbers, "
-            f"booleans, None): {exc}. Store ids and ISO strings, not objects."
+            f"booleans, None): {exc}. Store ids and ISO strings, not objects.",
+            field=field,
         ) from None
     except RecursionError:
-        raise InvalidJob(f"{what} is nested too deeply to be stored as JSON.") from None
+        raise InvalidJob(
+            f"{what} is nested too deeply to be stored as JSON.", field=field
+        ) from None
     if ESCAPED_NUL.search(text):
         # PostgreSQL's jsonb cannot hold it: refuse it everywhere, not only there.
-        raise InvalidJob(f"{what} must not contain NUL characters (\\u0000).")
-    size = len(text) if text.isascii() else utf8_length(text, what)
+        raise InvalidJob(f"{what} must not contain NUL characters (\\u0000).", field=field)
+    size = len(text) if text.isascii() else utf8_length(text, what, field=field)
     limit = _payload_limit()
     if limit is not None and size > limit:
         raise InvalidJob(
             f"{what} is {size} bytes of JSON, over the limit of {limit} bytes "
-            f"(DELAYJOBS['MAX_PAYLOAD_BYTES']). Store ids, not documents."
+            f"(DELAYJOBS['MAX_PAYLOAD_BYTES']). Store ids, not documents.",
+            field=field,
         )
     return json.loads(text)
 
 
-def _refuse_circular(value: Any, what: str) -> None:
+def _refuse_circular(value: Any, what: str, field: str | None) -> None:
     """InvalidJob saying so if ``value`` contains itself: endlessly deep, but the fix is
     not flatter data. json finds the cycle at its second visit, long before recursing far;
     a value merely too deep raises RecursionError or encodes, and is left to the caller."""
     try:
         json.dumps(value)
     except ValueError as exc:
-        raise InvalidJob(f"{what} must be JSON-serializable: {exc} (it contains itself).") from None
+        raise InvalidJob(
+            f"{what} must be JSON-serializable: {exc} (it contains itself).", field=field
+        ) from None
     except (RecursionError, TypeError):
         pass
 
@@ -103,7 +110,7 @@ def _payload_limit() -> int | None:
     return DEFAULTS["MAX_PAYLOAD_BYTES"]
 
 
-def utf8_length(text: str, label: str) -> int:
+def utf8_length(text: str, label: str, *, field: str | None = None) -> int:
     """How many bytes ``text`` takes in UTF-8; ``InvalidJob`` naming ``label`` if it holds a
     lone surrogate, which cannot be encoded."""
     try:
@@ -112,5 +119,6 @@ def utf8_length(text: str, label: str) -> int:
         # Neither PostgreSQL nor SQLite can store it; it is never valid text anyway.
         raise InvalidJob(
             f"{label} must be valid Unicode text: it contains the lone surrogate "
-            f"{text[exc.start]!r} at position {exc.start}."
+            f"{text[exc.start]!r} at position {exc.start}.",
+            field=field,
         ) from None

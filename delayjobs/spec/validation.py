@@ -119,9 +119,11 @@ def build_spec(
     """
     jobtype = registry.resolve(job_type)
     if not isinstance(replace, bool):
-        raise InvalidJob(f"replace must be True or False, got {replace!r}.")
+        raise InvalidJob(f"replace must be True or False, got {replace!r}.", field="replace")
     if replace and key is None:
-        raise InvalidJob("replace=True needs a key: it replaces the active job holding that key.")
+        raise InvalidJob(
+            "replace=True needs a key: it replaces the active job holding that key.", field="key"
+        )
     content_type_id, object_id = check_object(obj)
     return JobSpec(
         job_type=jobtype.name,
@@ -146,14 +148,17 @@ def check_object(obj: Any) -> tuple[int | None, str | None]:
     if obj is None:
         return None, None
     if not isinstance(obj, models.Model):
-        raise InvalidJob(f"obj must be a saved model instance, got {type(obj).__name__} {obj!r}.")
+        raise InvalidJob(
+            f"obj must be a saved model instance, got {type(obj).__name__} {obj!r}.", field="obj"
+        )
     if obj.pk is None:
-        raise InvalidJob(f"obj must be saved first: {obj!r} has no primary key yet.")
+        raise InvalidJob(f"obj must be saved first: {obj!r} has no primary key yet.", field="obj")
     object_id = str(obj.pk)
     if len(object_id) > OBJECT_ID_MAX_LENGTH:
         raise InvalidJob(
             f"obj's primary key is {len(object_id)} characters as text; at most "
-            f"{OBJECT_ID_MAX_LENGTH} fit."
+            f"{OBJECT_ID_MAX_LENGTH} fit.",
+            field="obj",
         )
     content_type = ContentType.objects.db_manager(jobs_database()).get_for_model(obj)
     return content_type.pk, object_id
@@ -168,33 +173,39 @@ def resolve_run_at(run_at: Any, delay: Any, now: datetime) -> datetime:
         given = f"delay {delay}" if delay is not None else f"run_at {resolved.isoformat()}"
         raise InvalidJob(
             f"{given} is more than {ahead.days} days ahead, the most "
-            f"DELAYJOBS['MAX_SCHEDULE_AHEAD'] allows."
+            f"DELAYJOBS['MAX_SCHEDULE_AHEAD'] allows.",
+            field="delay" if delay is not None else "run_at",
         )
     return resolved
 
 
 def _resolve_run_at(run_at: Any, delay: Any, now: datetime) -> datetime:
     if run_at is not None and delay is not None:
-        raise InvalidJob("Give run_at or delay, not both.")
+        raise InvalidJob("Give run_at or delay, not both.", field="delay")
     if delay is not None:
         if not isinstance(delay, timedelta):
             raise InvalidJob(
-                f"delay must be a datetime.timedelta, got {type(delay).__name__} {delay!r}."
+                f"delay must be a datetime.timedelta, got {type(delay).__name__} {delay!r}.",
+                field="delay",
             )
         try:
             return now + delay
         except OverflowError:
-            raise InvalidJob(f"delay {delay!r} lands outside the supported dates.") from None
+            raise InvalidJob(
+                f"delay {delay!r} lands outside the supported dates.", field="delay"
+            ) from None
     if run_at is None:
         return now
     if not isinstance(run_at, datetime):
         raise InvalidJob(
-            f"run_at must be an aware datetime.datetime, got {type(run_at).__name__} {run_at!r}."
+            f"run_at must be an aware datetime.datetime, got {type(run_at).__name__} {run_at!r}.",
+            field="run_at",
         )
     if timezone.is_naive(run_at):
         raise InvalidJob(
             f"run_at must be timezone-aware, got the naive datetime {run_at!r}. "
-            f"Use django.utils.timezone.now() + timedelta(...) or attach a tzinfo."
+            f"Use django.utils.timezone.now() + timedelta(...) or attach a tzinfo.",
+            field="run_at",
         )
     try:
         # In UTC: an aware time near datetime.min or max may not exist there, and
@@ -203,7 +214,8 @@ def _resolve_run_at(run_at: Any, delay: Any, now: datetime) -> datetime:
         return run_at.astimezone(UTC)
     except OverflowError:
         raise InvalidJob(
-            f"run_at {run_at!r} is outside the supported dates (years 1 to 9999 in UTC)."
+            f"run_at {run_at!r} is outside the supported dates (years 1 to 9999 in UTC).",
+            field="run_at",
         ) from None
 
 
@@ -212,14 +224,14 @@ def check_key(key: Any) -> str | None:
     if key is None:
         return None
     if not isinstance(key, str):
-        raise InvalidJob(f"key must be a string, got {type(key).__name__} {key!r}.")
+        raise InvalidJob(f"key must be a string, got {type(key).__name__} {key!r}.", field="key")
     if not key or len(key) > KEY_MAX_LENGTH:
-        raise InvalidJob(f"key must be 1-{KEY_MAX_LENGTH} characters, got {len(key)}.")
+        raise InvalidJob(f"key must be 1-{KEY_MAX_LENGTH} characters, got {len(key)}.", field="key")
     if "\x00" in key:
         # PostgreSQL text cannot hold it: refuse it everywhere, as in payloads.
-        raise InvalidJob(f"key must not contain NUL characters (\\x00), got {key!r}.")
+        raise InvalidJob(f"key must not contain NUL characters (\\x00), got {key!r}.", field="key")
     if not key.isascii():
-        utf8_length(key, "key")
+        utf8_length(key, "key", field="key")
     return key
 
 
@@ -228,7 +240,8 @@ def check_queue(queue: Any) -> str:
     # fullmatch: the pattern's "$" would also match before a trailing newline.
     if not isinstance(queue, str) or not QUEUE_PATTERN.fullmatch(queue):
         raise InvalidJob(
-            f"queue must be 1-100 characters of letters, digits and '_.-', got {queue!r}."
+            f"queue must be 1-100 characters of letters, digits and '_.-', got {queue!r}.",
+            field="queue",
         )
     return queue
 
@@ -244,7 +257,8 @@ def check_max_attempts(value: Any) -> int | None:
     ):
         raise InvalidJob(
             f"max_attempts must be an int from 1 to {MAX_ATTEMPTS_LIMIT}, or None to retry "
-            f"forever; got {value!r}."
+            f"forever; got {value!r}.",
+            field="max_attempts",
         )
     return value
 
@@ -256,7 +270,8 @@ def check_max_lateness(value: Any) -> timedelta | None:
     if not isinstance(value, timedelta) or not MIN_LATENESS <= value <= MAX_LATENESS:
         raise InvalidJob(
             f"max_lateness must be a timedelta from {MIN_LATENESS} to {MAX_LATENESS.days} "
-            f"days, or None for the job type's; got {value!r}."
+            f"days, or None for the job type's; got {value!r}.",
+            field="max_lateness",
         )
     return value
 
@@ -264,7 +279,9 @@ def check_max_lateness(value: Any) -> timedelta | None:
 def check_priority(value: Any) -> int:
     """An int from -100 to 100 (higher starts first among jobs due together)."""
     if isinstance(value, bool) or not isinstance(value, int) or not -100 <= value <= 100:
-        raise InvalidJob(f"priority must be an int from -100 to 100, got {value!r}.")
+        raise InvalidJob(
+            f"priority must be an int from -100 to 100, got {value!r}.", field="priority"
+        )
     return value
 
 
@@ -272,17 +289,20 @@ def build_indexed_spec(index: int, spec: Any, now: datetime) -> JobSpec:
     """``build_spec`` of ``specs[index]`` of a batch (``schedule_many``): a dict of
     ``schedule`` arguments plus ``job_type``; the message of ``InvalidJob`` names the index."""
     if not isinstance(spec, Mapping):
-        raise InvalidJob(f"specs[{index}] must be a dict of schedule() arguments, got {spec!r}.")
+        raise InvalidJob(
+            f"specs[{index}] must be a dict of schedule() arguments, got {spec!r}.", index=index
+        )
     unknown = set(spec) - SPEC_FIELDS
     if unknown:
         names = ", ".join(sorted(str(name) for name in unknown))  # not all keys are str
-        raise InvalidJob(f"specs[{index}] has unknown argument(s): {names}.")
+        raise InvalidJob(f"specs[{index}] has unknown argument(s): {names}.", index=index)
     if "job_type" not in spec:
-        raise InvalidJob(f"specs[{index}] has no job_type.")
+        raise InvalidJob(f"specs[{index}] has no job_type.", field="job_type", index=index)
     try:
         return build_spec(**spec, now=now)
     except InvalidJob as exc:
         exc.args = (f"specs[{index}]: {exc}",)
+        exc.index = index
         raise
 
 
@@ -293,5 +313,9 @@ def refuse_repeated_keys(specs: list[JobSpec]) -> None:
         if spec.key is None:
             continue
         if spec.key in seen:
-            raise InvalidJob(f"specs[{index}]: key {spec.key!r} appears twice in this batch.")
+            raise InvalidJob(
+                f"specs[{index}]: key {spec.key!r} appears twice in this batch.",
+                field="key",
+                index=index,
+            )
         seen.add(spec.key)

@@ -6,6 +6,7 @@ import logging
 import math
 import socket
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 import redis
@@ -85,6 +86,39 @@ def test_schedule_refuses_bad_arguments_and_writes_nothing(
     assert callbacks == []
     assert DelayedJob.objects.count() == 0
     assert redis_client.dbsize() == 0
+
+
+def _field_at_fault(name: str, call: tuple[tuple[Any, ...], dict[str, Any]]) -> str:
+    """The argument a refusal is about: the job type or the payload (given by position),
+    else the one keyword given, else the one both keywords share the blame with."""
+    args, kwargs = call
+    if name.startswith(("unknown job type", "job type")):
+        return "job_type"
+    if len(args) > 1:
+        return "payload"
+    shared = {
+        "replace without key": "key",
+        "run_at and delay": "delay",
+        "replace not a bool": "replace",
+    }
+    return shared.get(name) or next(iter(kwargs))
+
+
+@pytest.mark.parametrize("name", list(REFUSALS))
+def test_every_refusal_names_the_argument_at_fault(name):
+    call, error = REFUSALS[name]
+    args, kwargs = call
+    with pytest.raises(error) as info:
+        delayjobs.schedule(*args, **kwargs)
+    assert info.value.field == _field_at_fault(name, call)
+    assert info.value.index is None
+
+
+def test_a_refusal_in_a_batch_names_the_spec_and_the_field():
+    specs = [{"job_type": SCRIPTED}, {"job_type": SCRIPTED, "priority": 101}]
+    with pytest.raises(InvalidJob) as info:
+        delayjobs.schedule_many(specs)
+    assert (info.value.index, info.value.field) == (1, "priority")
 
 
 def test_unknown_job_type_error_lists_the_registered_names():
