@@ -5,3 +5,9 @@ Huey, RQ, Procrastinate); ``benchmarks/run.sh core`` the delayjobs-only ``benchm
 The package is also a Django app: its ``delay_jobs`` module registers the job types the
 benchmarks schedule.
 """
+
+from pathlib import Path
+
+#: Where a benchmark writes its results unless told otherwise: under build/, which git
+#: ignores. benchmarks/results/ keeps only the runs the documentation cites.
+OUTPUT_DIR = Path(__file__).resolve().parent.parent / "build" / "benchmarks"

@@ -1,4 +1,4 @@
-"""The admin at scale (issue 18, point 5): each page of the job admin timed on a large table.
+"""The admin at scale: each page of the job admin timed on a large table.
 
 Pages: the job list (default view, each status filter, a job type filter, search by key),
 one job's page and the dashboard, as a logged-in superuser through ``django.test.Client``.

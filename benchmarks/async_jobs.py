@@ -1,4 +1,4 @@
-"""The async job types of ``benchmarks.async_throughput`` (issue 18, point 3).
+"""The async job types of ``benchmarks.async_throughput``.
 
 Not autodiscovered (``benchmarks/delay_jobs.py`` is the app's module): the benchmark's
 processes load them through ``benchmarks.async_settings``, which imports this module.

@@ -1,4 +1,4 @@
-"""Async job types in one consumer process (issue 18, point 3).
+"""Async job types in one consumer process: throughput and memory.
 
 For each body, ``--runs`` times from a clean database and Redis: one
 ``manage.py run_delay_consumer --concurrency C`` process starts and goes idle; its resident
@@ -16,7 +16,7 @@ Target: >= 5,000 jobs/s for the async bodies at ``--concurrency 500``.
 
 Usage, from the repository root:
 ``python -m benchmarks.async_throughput [--runs 3] [--jobs 50000] [--concurrency 500]``.
-Results: a Markdown table on stdout and ``benchmarks/results/async-latest.{json,md}``.
+Results: a Markdown table on stdout and ``build/benchmarks/async-latest.{json,md}``.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from benchmarks import harness
+from benchmarks import OUTPUT_DIR, harness
 from benchmarks.async_jobs import (
     ASYNC_QUEUE,
     REDIS_JOB_TYPE,
@@ -43,7 +43,6 @@ from benchmarks.async_jobs import (
 )
 
 SETTINGS_MODULE = "benchmarks.async_settings"
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
 BODIES = {
     "async_sleep10": SLEEP_JOB_TYPE,
     "async_redis": REDIS_JOB_TYPE,
@@ -266,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         machine = harness.machine_info()
     report = table(results, args.runs)
     print(report)
-    RESULTS_DIR.mkdir(exist_ok=True)
+    OUTPUT_DIR.mkdir(parents=True, exist_ok=True)
     payload: dict[str, Any] = {
         "machine": machine,
         "args": vars(args),
@@ -275,8 +274,8 @@ def main(argv: list[str] | None = None) -> int:
             for r in results
         ],
     }
-    (RESULTS_DIR / "async-latest.json").write_text(json.dumps(payload, indent=2, default=str))
-    (RESULTS_DIR / "async-latest.md").write_text(report + "\n")
+    (OUTPUT_DIR / "async-latest.json").write_text(json.dumps(payload, indent=2, default=str))
+    (OUTPUT_DIR / "async-latest.md").write_text(report + "\n")
     return 0
 
 

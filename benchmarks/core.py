@@ -1,4 +1,4 @@
-"""Core benchmark of delayjobs on real PostgreSQL and Redis (issue 2, "Done when").
+"""Core benchmark of delayjobs on real PostgreSQL and Redis: delayjobs alone.
 
 Workloads, each run ``--runs`` times (medians reported), from a clean database and Redis:
 
@@ -17,7 +17,7 @@ nothing at all).
 
 Usage, from the repository root: ``python -m benchmarks.core [--runs 3] [--concurrency 10]
 [--body noop|redis|orm|http|sleep10]``.
-Results: a Markdown table on stdout, and ``benchmarks/results/core-latest.{json,md}``.
+Results: a Markdown table on stdout, and ``build/benchmarks/core-latest.{json,md}``.
 """
 
 from __future__ import annotations
@@ -33,10 +33,9 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from benchmarks import bodies, harness
+from benchmarks import OUTPUT_DIR, bodies, harness
 from benchmarks.delay_jobs import BENCH_JOB_TYPE, BENCH_QUEUE
 
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
 TARGET_P99_MS = 10.0
 TARGET_JOBS_PER_SECOND = 3000.0
 TARGET_SCHEDULE_RATIO = 10.0
@@ -57,7 +56,7 @@ class Config:
     conn_max_age: str = "0"  # Django's default; "none" for persistent connections
     durable: bool = True  # PostgreSQL flushes each commit to disk, as in production
     body: str = bodies.DEFAULT  # what each job does (benchmarks.bodies)
-    output_dir: Path = RESULTS_DIR
+    output_dir: Path = OUTPUT_DIR
 
 
 @dataclass
@@ -448,7 +447,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Config:
         default=bodies.DEFAULT,
         help=f"what each job does: {bodies.HELP}",
     )
-    parser.add_argument("--output-dir", type=Path, default=RESULTS_DIR)
+    parser.add_argument("--output-dir", type=Path, default=OUTPUT_DIR)
     args = parser.parse_args(argv)
     return Config(
         runs=args.runs,

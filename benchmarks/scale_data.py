@@ -1,4 +1,4 @@
-"""A large job table for the scale benchmarks (issue 18, W5/W6 and the admin at scale).
+"""A large job table for the scale benchmarks (W5/W6 and the admin at scale).
 
 ``fill()`` writes, into the PostgreSQL database Django is configured for, with COPY:
 

@@ -11,7 +11,7 @@ flat or growing, and how much bloat autovacuum leaves behind.
 Usage: ``python -m benchmarks.soak [--minutes 10] [--rate JOBS_PER_S | --fraction 0.7]
 [--body noop|redis|orm|http|sleep10]``.
 Without ``--rate`` it first measures W2 capacity (a burst of 20,000 due jobs) and runs at
-``--fraction`` of it. Results: ``benchmarks/results/soak-latest.{json,md}``.
+``--fraction`` of it. Results: ``build/benchmarks/soak-latest.{json,md}``.
 """
 
 from __future__ import annotations
@@ -27,10 +27,9 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from benchmarks import bodies, core, harness
+from benchmarks import OUTPUT_DIR, bodies, core, harness
 from benchmarks.delay_jobs import BENCH_JOB_TYPE, BENCH_QUEUE
 
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
 LEAD = 3.0  # seconds between scheduling a second's jobs and the first of them being due
 PRUNE_EVERY = 60.0
 PRUNE_OLDER_THAN = "3m"  # finished jobs kept this long, so each minute is read before
@@ -261,7 +260,7 @@ def main() -> None:
     parser.add_argument("--fraction", type=float, default=0.7, help="of measured capacity")
     parser.add_argument("--concurrency", type=int, default=20)
     parser.add_argument("--body", choices=bodies.BODIES, default=bodies.DEFAULT, help=bodies.HELP)
-    parser.add_argument("--output-dir", type=Path, default=RESULTS_DIR)
+    parser.add_argument("--output-dir", type=Path, default=OUTPUT_DIR)
     args = parser.parse_args()
     if args.minutes < 2:
         parser.error("--minutes: at least 2, to compare a first and a last minute")

@@ -1,4 +1,4 @@
-"""delayjobs against Celery (ETA), Huey, RQ and Procrastinate: issue 6's workloads.
+"""delayjobs against Celery (ETA), Huey, RQ and Procrastinate, through workloads W1 to W5.
 
 - W1: 10,000 jobs spread evenly over 20 s, the first due 5 s after scheduling starts:
   lateness (start minus run_at) p50/p95/p99/max, missing and duplicate executions.
@@ -31,11 +31,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from benchmarks import bodies, harness, workloads
+from benchmarks import OUTPUT_DIR, bodies, harness, workloads
 from benchmarks.systems import SYSTEMS, load
 from benchmarks.systems.base import System
 
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
 WORKLOADS = ("W1", "W2", "W3", "W4", "W5")
 DEBIAN_REDIS = "/usr/bin/redis-server"
 HARD_LIMIT = 900  # seconds for one run of one workload, whatever happens
@@ -540,7 +539,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "run pruning a tenth of the pre-filled finished rows meanwhile (prune_delay_jobs, "
         "oldest first)",
     )
-    parser.add_argument("--output-dir", type=Path, default=RESULTS_DIR)
+    parser.add_argument("--output-dir", type=Path, default=OUTPUT_DIR)
     parser.add_argument(
         "--quiet-wait",
         type=float,

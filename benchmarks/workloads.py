@@ -1,4 +1,4 @@
-"""The workloads W1 to W5 of issue 6, written once against the System interface.
+"""The workloads W1 to W5 of the comparison suite, written once against the System interface.
 
 Every timed workload starts from empty data, starts the system's consumers, waits until
 each consumer process has run a ping job (so that start-up is not measured), schedules,
