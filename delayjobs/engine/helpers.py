@@ -156,7 +156,7 @@ class Heartbeat:
 
     def sync_clock(self, *, always: bool) -> None:
         """Read the database server's clock, every due and lease decision's time (see
-        ``delayjobs.clock``): at start, then on the heartbeat once the reading is old."""
+        ``delayjobs.core.clock``): at start, then on the heartbeat once the reading is old."""
         shared = clock.shared
         if always or shared.due():
             offset = shared.sync()

@@ -1,4 +1,4 @@
-"""The operational figures (delayjobs.stats) on known data, and the admin dashboard."""
+"""The operational figures (delayjobs.api.stats) on known data, and the admin dashboard."""
 
 from __future__ import annotations
 

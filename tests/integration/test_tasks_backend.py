@@ -1,4 +1,4 @@
-"""``delayjobs.backends.DelayJobsBackend``: Django's Tasks framework on delayjobs.
+"""``delayjobs.contrib.tasks.backend.DelayJobsBackend``: Django's Tasks framework on delayjobs.
 
 Django 6 uses the built-in ``django.tasks``, Django 5.2 the ``django_tasks`` backport; the
 same tests run on both. Tasks live in tests/tasks.py; TASKS is in tests/settings.py.
@@ -249,7 +249,9 @@ def test_bad_backend_settings_are_refused(params: dict[str, Any], message: str) 
 def test_an_empty_queues_allows_any_queue_name() -> None:
     """Django's contract: QUEUES = [] means any queue."""
     with override_settings(
-        TASKS={"default": {"BACKEND": "delayjobs.backends.DelayJobsBackend", "QUEUES": []}}
+        TASKS={
+            "default": {"BACKEND": "delayjobs.contrib.tasks.backend.DelayJobsBackend", "QUEUES": []}
+        }
     ):
         result = add.using(queue_name="anything-at-all").enqueue(1, 2)
         assert row(result).queue == "anything-at-all"
@@ -950,7 +952,7 @@ def test_discovery_imports_only_declared_modules() -> None:
     with override_settings(
         TASKS={
             "default": {
-                "BACKEND": "delayjobs.backends.DelayJobsBackend",
+                "BACKEND": "delayjobs.contrib.tasks.backend.DelayJobsBackend",
                 "OPTIONS": {"MODULES": ["tests.delay_jobs"]},
             }
         }
@@ -1143,7 +1145,7 @@ def test_consumers_without_queue_options_serve_every_queue_the_backends_allow() 
     tasks = {
         **settings.TASKS,
         "reports": {
-            "BACKEND": "delayjobs.backends.DelayJobsBackend",
+            "BACKEND": "delayjobs.contrib.tasks.backend.DelayJobsBackend",
             "QUEUES": ["reports", "default"],
         },
     }

@@ -3,7 +3,7 @@
 Each consumer here runs with its Python wall clock (``time.time``, ``timezone.now``) shifted
 by ``tests.skewed_clock``; the ledger job records its start with the host's real clock,
 which on this one host is also the database server's. delayjobs must take every due and
-lease decision on the database server's clock (``delayjobs.clock``): no job may start
+lease decision on the database server's clock (``delayjobs.core.clock``): no job may start
 before its run_at by the real clock, and no consumer may take over a lease that another
 still renews. Before that clock, a consumer 3 s fast started jobs up to 3 s early, and one
 30 s fast took over live leases.

@@ -52,9 +52,14 @@ def test_the_placeholder_task_keeps_its_module_path() -> None:
 
 
 def test_the_documented_backend_paths_name_the_backend() -> None:
-    assert import_string("delayjobs.backends.DelayJobsBackend") is backend.DelayJobsBackend
-    assert import_string("delayjobs.backends.InvalidTaskCall") is backend.InvalidTaskCall
     assert (
-        import_string("delayjobs.backends.UnserializableTaskArguments")
+        import_string("delayjobs.contrib.tasks.backend.DelayJobsBackend")
+        is backend.DelayJobsBackend
+    )
+    assert (
+        import_string("delayjobs.contrib.tasks.backend.InvalidTaskCall") is backend.InvalidTaskCall
+    )
+    assert (
+        import_string("delayjobs.contrib.tasks.backend.UnserializableTaskArguments")
         is backend.UnserializableTaskArguments
     )

@@ -60,18 +60,18 @@ PINNED = [
     "delayjobs.models.AttemptOutcome",
     "delayjobs.models.jobs_database",
     "delayjobs.models.new_trace_id",  # migration 0001 names it
-    "delayjobs.backends.DelayJobsBackend",
-    "delayjobs.backends.InvalidTaskCall",
+    "delayjobs.contrib.tasks.backend.DelayJobsBackend",
+    "delayjobs.contrib.tasks.backend.InvalidTaskCall",
     "delayjobs.tasks.preload",
     "delayjobs.tasks.execute",
     "delayjobs.signals.job_failed",
     "delayjobs.conf.DEFAULTS",
     "delayjobs.conf.settings",
-    "delayjobs.metrics.metrics_view",
-    "delayjobs.preloader.preload",
-    "delayjobs.clock",
+    "delayjobs.core.metrics.metrics_view",
+    "delayjobs.engine.preloader.preload",
+    "delayjobs.core.clock",
     "delayjobs.transitions",
-    "delayjobs.stats",
+    "delayjobs.api.stats",
     "delayjobs.admin.DelayedJobInline",
     "delayjobs.http.urls",
     "delayjobs.http.keys.create_api_key",
@@ -147,7 +147,7 @@ def test_the_pages_name_paths() -> None:
     """A guard for the scan itself: the pages name dozens of paths."""
     found = documented_paths()
     assert len(found) >= 40, found
-    assert {"delayjobs.schedule", "delayjobs.backends.DelayJobsBackend"} <= set(found)
+    assert {"delayjobs.schedule", "delayjobs.contrib.tasks.backend.DelayJobsBackend"} <= set(found)
 
 
 @pytest.mark.parametrize("path", ALL_PATHS)

@@ -1,6 +1,6 @@
 """``DelayJobsBackend``: Django's Tasks framework on delayjobs' rows, Redis and consumers.
 
-    TASKS = {"default": {"BACKEND": "delayjobs.backends.DelayJobsBackend"}}
+    TASKS = {"default": {"BACKEND": "delayjobs.contrib.tasks.backend.DelayJobsBackend"}}
 
 ``task.enqueue()`` writes one ``django.task`` job row in the caller's transaction (the
 Redis hand-off waits for the commit, as ``delayjobs.schedule`` always does): ``run_at`` is
@@ -9,7 +9,7 @@ the task's ``run_after`` (or now), ``priority`` and ``queue`` are the task's. A 
 
 Its settings (``QUEUES``, ``OPTIONS``: ``MAX_ATTEMPTS``, ``MODULES``) are read and checked
 by ``contrib.tasks.base.DelayJobsBackendBase``, which it subclasses. Projects name it by
-its documented path, ``delayjobs.backends.DelayJobsBackend``.
+its documented path, ``delayjobs.contrib.tasks.backend.DelayJobsBackend``.
 """
 
 from __future__ import annotations
