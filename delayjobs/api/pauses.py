@@ -21,9 +21,9 @@ from delayjobs.core.paused import Paused, paused
 from delayjobs.exceptions import InvalidJob
 from delayjobs.index.store import get_store
 from delayjobs.index.window import load_window
+from delayjobs.jobtypes import registry
 from delayjobs.models import Pause, PauseKind, jobs_database
-from delayjobs.spec.jobtypes import registry
-from delayjobs.spec.validation import check_queue
+from delayjobs.validation import check_queue
 
 logger = logging.getLogger("delayjobs.pauses")  # the old path: users' LOGGING names it
 

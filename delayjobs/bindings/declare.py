@@ -66,8 +66,8 @@ from django.db import models
 from delayjobs.bindings.binding import Binding, Offset, declare, declared
 from delayjobs.bindings.receivers import connect
 from delayjobs.exceptions import InvalidJob
-from delayjobs.spec.jobtypes import NAME_PATTERN, JobType
-from delayjobs.spec.validation import (
+from delayjobs.jobtypes import NAME_PATTERN, JobType
+from delayjobs.validation import (
     check_max_attempts,
     check_max_lateness,
     check_priority,

@@ -20,7 +20,7 @@ from delayjobs.checks.settings import (
     check_scalars,
 )
 from delayjobs.conf import DEFAULTS, raw_settings
-from delayjobs.spec.jobtypes import (
+from delayjobs.jobtypes import (
     JobType,
     code_recurrence_problems,
     registry,

@@ -17,7 +17,7 @@ from delayjobs.conf import (
     MAX_SCHEDULE_AHEAD_LIMIT,
     as_timedelta,
 )
-from delayjobs.spec.jobtypes import QUEUE_PATTERN
+from delayjobs.jobtypes import QUEUE_PATTERN
 
 #: Upper bounds, far above any sensible value and far below what breaks: a duration is
 #: added to now() and slept on (threading's TIMEOUT_MAX is about 292 years), a timeout is

@@ -58,7 +58,7 @@ from delayjobs.index.client import describe_target
 from delayjobs.index.handoff import index_due_soon
 from delayjobs.index.keys import lanes
 from delayjobs.index.store import RedisStore, get_store
-from delayjobs.spec.jobtypes import JobType, registry
+from delayjobs.jobtypes import JobType, registry
 
 __all__ = ["EXIT_STUCK", "PREFETCH", "PREFETCH_BUDGET", "Consumer", "default_worker_id"]
 

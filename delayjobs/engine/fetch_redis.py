@@ -22,8 +22,8 @@ from delayjobs.engine.execution import LOCKED_RETRY
 from delayjobs.engine.fallback import RedisFallback
 from delayjobs.index.handoff import index_due_soon
 from delayjobs.index.store import RedisStore
+from delayjobs.jobtypes import JobType
 from delayjobs.models import DelayedJob, JobStatus
-from delayjobs.spec.jobtypes import JobType
 from delayjobs.transitions.lanes import index_entry
 
 logger = logging.getLogger("delayjobs.consumer")

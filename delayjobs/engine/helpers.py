@@ -24,7 +24,7 @@ from delayjobs.engine.inflight import InFlight
 from delayjobs.engine.recorder import Recorder
 from delayjobs.index.keys import control_channel
 from delayjobs.index.store import RedisStore
-from delayjobs.spec.jobtypes import JobType, registry
+from delayjobs.jobtypes import JobType, registry
 
 logger = logging.getLogger("delayjobs.consumer")
 

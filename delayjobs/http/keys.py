@@ -22,8 +22,8 @@ from django.db.models import Q
 from django.utils import timezone
 
 from delayjobs.core.db import max_length
+from delayjobs.jobtypes import registry
 from delayjobs.models import ApiKey
-from delayjobs.spec.jobtypes import registry
 
 SCHEME = "dj"
 #: 6 random bytes as 12 hex digits: fits ApiKey.prefix (16) and never contains "_".

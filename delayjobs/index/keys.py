@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from delayjobs.conf import settings
 from delayjobs.core.lanes import LANE_SEPARATOR, IndexEntry, own_lane, split_lane
-from delayjobs.spec.jobtypes import registry
+from delayjobs.jobtypes import registry
 from delayjobs.transitions.lanes import index_entry, lane
 
 __all__ = [

@@ -17,13 +17,14 @@ from typing import Any, TextIO, TypeVar
 
 from django.core.management.base import BaseCommand, CommandError, OutputWrapper
 
-from delayjobs.api import pauses, schedules
+from delayjobs.api import pauses
 from delayjobs.checks import MAX_CONCURRENCY
 from delayjobs.conf import EXECUTORS
 from delayjobs.core.db import max_length
 from delayjobs.exceptions import InvalidJob
+from delayjobs.jobtypes import QUEUE_PATTERN
 from delayjobs.models import ACTIVE_STATUSES, DelayedJob, JobStatus, Schedule
-from delayjobs.spec.jobtypes import QUEUE_PATTERN
+from delayjobs.recurring.definitions import pause_schedule, resume_schedule, sync_code_schedules
 
 LEVELS = {0: logging.ERROR, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
 WORKER_ID_MAX_LENGTH = max_length(DelayedJob, "worker_id")
@@ -258,21 +259,21 @@ class PauseCommand(BaseCommand):
     def _schedule(self, name: object) -> None:
         if not isinstance(name, str) or not name:
             raise CommandError(f"--schedule: give a schedule's name, got {shown(name)}.")
-        problems = schedules.sync_code_schedules()  # a code schedule before any pass
+        problems = sync_code_schedules()  # a code schedule before any pass
         row = Schedule.objects.filter(name=name).first()
         if row is None:
             known = ", ".join(Schedule.objects.values_list("name", flat=True)) or "none"
             raise CommandError(f"No schedule named {shown(name)}. Schedules: {known}.")
         was_enabled = row.enabled
         if self.resume:
-            schedules.resume_schedule(row)
+            resume_schedule(row)
             self.stdout.write(
                 f"Resumed schedule {name}: it ticks again from its next tick."
                 if not was_enabled
                 else f"Schedule {name} was not paused: nothing changed."
             )
         else:
-            schedules.pause_schedule(row, by="manage.py")
+            pause_schedule(row, by="manage.py")
             self.stdout.write(
                 f"Paused schedule {name}: no tick makes a job, and the jobs of its coming "
                 f"ticks are cancelled, until resume_delay_jobs --schedule {name}."

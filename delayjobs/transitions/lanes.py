@@ -9,7 +9,7 @@ the Redis keys ``delayjobs.index.keys``'s.
 from __future__ import annotations
 
 from delayjobs.core.lanes import IndexEntry, own_lane
-from delayjobs.spec.jobtypes import registry
+from delayjobs.jobtypes import registry
 
 
 def lane(queue: str, job_type: str) -> str:

@@ -42,8 +42,8 @@ from delayjobs.exceptions import UnknownJobType
 from delayjobs.index.client import describe_target, mask_url
 from delayjobs.index.keys import due_key, preload_lock_key, wake_channel
 from delayjobs.index.store import RedisStore, get_store
+from delayjobs.jobtypes import registry
 from delayjobs.models import DelayedJob, JobAttempt, JobStatus
-from delayjobs.spec.jobtypes import registry
 from sampleproject.services import RedisServer, redis_ping
 from tests.conftest import REPO_ROOT, ConsumerFactory, subprocess_env
 from tests.integration.test_admin import changelist_url, make_job, staff_client

@@ -33,9 +33,9 @@ import delayjobs
 from delayjobs import DuplicateJob, InvalidJob, InvalidTransition, JobNotFound, UnknownJobType
 from delayjobs.checks import MAX_CONCURRENCY, MAX_DURATION, MAX_TIMEOUT_SECONDS, check_settings
 from delayjobs.conf import DEFAULTS
+from delayjobs.jobtypes import MAX_LATENESS, MIN_LATENESS, registry
 from delayjobs.models import AttemptOutcome, DelayedJob, JobAttempt, JobStatus
-from delayjobs.spec.jobtypes import MAX_LATENESS, MIN_LATENESS, registry
-from delayjobs.spec.validation import KEY_MAX_LENGTH, MAX_ATTEMPTS_LIMIT, SPEC_FIELDS
+from delayjobs.validation import KEY_MAX_LENGTH, MAX_ATTEMPTS_LIMIT, SPEC_FIELDS
 from sampleproject.meetings.models import Room
 
 pytestmark = pytest.mark.django_db

@@ -33,8 +33,8 @@ from delayjobs.checks import check_settings
 from delayjobs.contrib.celery.worker import run_dispatched
 from delayjobs.engine.consumer import Consumer
 from delayjobs.index.keys import due_key
+from delayjobs.jobtypes import registry
 from delayjobs.models import AttemptOutcome, DelayedJob, JobAttempt, JobStatus
-from delayjobs.spec.jobtypes import registry
 from tests.conftest import REPO_ROOT, ConsumerFactory, ConsumerProcess, subprocess_env
 from tests.consumers import Outage, statuses, wait_final, wait_output
 from tests.models import Execution

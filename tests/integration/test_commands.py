@@ -14,10 +14,10 @@ from django.utils import timezone
 
 import delayjobs
 from delayjobs.api import stats
-from delayjobs.api.schedules import tick_key
 from delayjobs.core import display
 from delayjobs.management.commands import prune_delay_jobs
 from delayjobs.models import AttemptOutcome, DelayedJob, JobAttempt, JobStatus, Pause, Schedule
+from delayjobs.recurring.definitions import tick_key
 from tests.integration.test_stats import attempt, build_known, make_job, pinned  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.django_db

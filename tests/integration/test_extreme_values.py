@@ -23,8 +23,8 @@ from delayjobs.engine.claims import PauseView
 from delayjobs.engine.consumer import Consumer
 from delayjobs.index.keys import lanes
 from delayjobs.index.store import RedisStore
+from delayjobs.jobtypes import registry
 from delayjobs.models import DelayedJob, JobStatus
-from delayjobs.spec.jobtypes import registry
 from delayjobs.transitions import Outcome
 
 QUEUE = "extreme"

@@ -43,8 +43,8 @@ from delayjobs.http.listing import MAX_LIMIT
 from delayjobs.http.openapi import OPERATIONS, build_document, openapi_path
 from delayjobs.http.operation import MAX_BODY_BYTES
 from delayjobs.http.views import Endpoint, NotFound
+from delayjobs.jobtypes import registry
 from delayjobs.models import ApiKey, AttemptOutcome, DelayedJob, JobAttempt, JobStatus
-from delayjobs.spec.jobtypes import registry
 from sampleproject.meetings.models import Room
 from tests.conftest import ConsumerFactory
 from tests.integration.test_admin import make_job

@@ -25,8 +25,8 @@ from hypothesis.stateful import run_state_machine_as_test
 from delayjobs.conf import settings as conf
 from delayjobs.http import keys
 from delayjobs.http.field_types import DATE_TIME_PATTERN, digits_between
+from delayjobs.jobtypes import registry
 from delayjobs.models import DelayedJob
-from delayjobs.spec.jobtypes import registry
 from tests.utils import fuzz_settings
 
 pytestmark = pytest.mark.django_db

@@ -18,8 +18,8 @@ import delayjobs
 from delayjobs.engine.preloader import preload
 from delayjobs.index.store import get_store
 from delayjobs.index.window import load_window
+from delayjobs.jobtypes import registry
 from delayjobs.models import AttemptOutcome, DelayedJob, JobStatus
-from delayjobs.spec.jobtypes import registry
 from delayjobs.transitions import claim
 
 pytestmark = pytest.mark.django_db

@@ -43,8 +43,8 @@ from django.utils import timezone
 import delayjobs
 from delayjobs.engine.consumer import PREFETCH_BUDGET, Consumer
 from delayjobs.engine.preloader import preload
+from delayjobs.jobtypes import registry
 from delayjobs.models import DelayedJob, JobStatus
-from delayjobs.spec.jobtypes import registry
 from tests.support.round_trips import (
     DB,
     REDIS,

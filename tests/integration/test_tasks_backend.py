@@ -47,8 +47,8 @@ from delayjobs.engine.execution import retry_at_after, run_claimed
 from delayjobs.exceptions import InvalidJob, JobTimeout
 from delayjobs.execution import UnstorableResult
 from delayjobs.index.keys import due_key
+from delayjobs.jobtypes import registry
 from delayjobs.models import AttemptOutcome, DelayedJob, JobAttempt, JobStatus
-from delayjobs.spec.jobtypes import registry
 from delayjobs.task_index import ForbiddenTaskPath, UnregisteredTask
 from delayjobs.task_jobs import (
     EXCEPTION_CLASS_NOTE,

@@ -11,7 +11,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 import delayjobs
 from delayjobs.checks import check_settings
-from delayjobs.spec.jobtypes import registry
+from delayjobs.jobtypes import registry
 
 
 @pytest.fixture

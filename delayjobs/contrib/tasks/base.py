@@ -25,8 +25,8 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 
 from delayjobs.contrib.tasks.compat import BaseTaskBackend
-from delayjobs.spec.jobtypes import QUEUE_PATTERN
-from delayjobs.spec.validation import MAX_ATTEMPTS_LIMIT
+from delayjobs.jobtypes import QUEUE_PATTERN
+from delayjobs.validation import MAX_ATTEMPTS_LIMIT
 
 OPTION_NAMES = frozenset({"MAX_ATTEMPTS", "MODULES"})
 

@@ -52,9 +52,9 @@ from delayjobs.contrib.tasks.results import (
 from delayjobs.core.backoff import equal_jitter_backoff
 from delayjobs.exceptions import InvalidJob
 from delayjobs.execution import UnstorableResult
+from delayjobs.jobtypes import JobType, register
 from delayjobs.models import DelayedJob, JobStatus
-from delayjobs.spec.jobtypes import JobType, register
-from delayjobs.spec.payload import storable_json
+from delayjobs.payload import storable_json
 from delayjobs.task_index import ForbiddenTaskPath, UnregisteredTask
 from delayjobs.task_jobs import (
     TASK_JOB_TYPE,

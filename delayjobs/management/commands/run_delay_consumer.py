@@ -13,9 +13,9 @@ from django.core.management.base import BaseCommand, CommandError
 from delayjobs.conf import settings
 from delayjobs.core import metrics
 from delayjobs.engine.consumer import Consumer
+from delayjobs.jobtypes import registry
 from delayjobs.management import base
 from delayjobs.management.base import checked, configure_logging, flag
-from delayjobs.spec.jobtypes import registry
 
 
 class Command(BaseCommand):

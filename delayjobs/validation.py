@@ -20,9 +20,9 @@ from django.utils import timezone
 from delayjobs.conf import settings as conf
 from delayjobs.core.db import max_length
 from delayjobs.exceptions import InvalidJob
+from delayjobs.jobtypes import MAX_LATENESS, MIN_LATENESS, QUEUE_PATTERN, registry
 from delayjobs.models import DelayedJob, jobs_database
-from delayjobs.spec.jobtypes import MAX_LATENESS, MIN_LATENESS, QUEUE_PATTERN, registry
-from delayjobs.spec.payload import normalize_payload, utf8_length
+from delayjobs.payload import normalize_payload, utf8_length
 
 KEY_MAX_LENGTH = max_length(DelayedJob, "key")
 #: The largest value of a PositiveIntegerField on PostgreSQL (integer) and MySQL; SQLite

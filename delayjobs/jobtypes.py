@@ -17,7 +17,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from delayjobs.core.backoff import equal_jitter_backoff
 from delayjobs.exceptions import UnknownJobType
-from delayjobs.spec.recurrence import Cron, Every, Misfire, Recurrence, misfire_problem
+from delayjobs.recurring.rules import Cron, Every, Misfire, Recurrence, misfire_problem
 
 if TYPE_CHECKING:
     # Only for annotations: this module is imported before the app registry is ready
