@@ -18,14 +18,13 @@ from django.utils import timezone
 
 from delayjobs import signals, transitions
 from delayjobs.core import metrics
-from delayjobs.core.lanes import IndexEntry
 from delayjobs.core.logfields import job_fields
 from delayjobs.exceptions import DuplicateJob, InvalidJob, InvalidTransition, JobNotFound
 from delayjobs.index.handoff import index_on_commit, unindex_on_commit
 from delayjobs.jobtypes import JobType
+from delayjobs.lanes import IndexEntry, index_entry
 from delayjobs.models import DelayedJob, JobStatus, jobs_database
 from delayjobs.transitions.bulk import insert_job, insert_jobs
-from delayjobs.transitions.lanes import index_entry
 from delayjobs.validation import (
     JobSpec,
     build_indexed_spec,

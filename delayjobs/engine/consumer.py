@@ -56,9 +56,9 @@ from delayjobs.engine.slots import Slots
 from delayjobs.engine.timeouts import EXIT_STUCK, TimeOuts
 from delayjobs.index.client import describe_target
 from delayjobs.index.handoff import index_due_soon
-from delayjobs.index.keys import lanes
 from delayjobs.index.store import RedisStore, get_store
 from delayjobs.jobtypes import JobType, registry
+from delayjobs.lanes import lanes
 
 __all__ = ["EXIT_STUCK", "PREFETCH", "PREFETCH_BUDGET", "Consumer", "default_worker_id"]
 

@@ -13,8 +13,8 @@ from django.db.models import Q
 from delayjobs.conf import settings
 from delayjobs.core.paused import paused
 from delayjobs.index.store import RedisStore
+from delayjobs.lanes import index_entry
 from delayjobs.models import DelayedJob
-from delayjobs.transitions.lanes import index_entry
 
 
 def load_window(store: RedisStore, horizon: datetime, *, only: Q | None = None) -> int:
