@@ -14,8 +14,8 @@ from django.utils.http import urlencode
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
+from delayjobs import pauses
 from delayjobs.admin.lookups import RefusesNulInLists
-from delayjobs.api import pauses
 from delayjobs.exceptions import InvalidJob
 from delayjobs.jobtypes import registry
 from delayjobs.models import JobStatus, Pause, PauseKind

@@ -31,6 +31,7 @@ from delayjobs.index.store import RedisStore, get_store
 from delayjobs.index.window import load_window
 from delayjobs.jobtypes import JobType, registry
 from delayjobs.models import DelayedJob, JobStatus
+from delayjobs.pauses import paused
 from delayjobs.recurring.ticks import materialise_schedules
 from delayjobs.transitions import reap_expired_leases
 
@@ -83,7 +84,7 @@ def _pass(store: RedisStore, now: datetime) -> PassResult:
     except Exception as exc:  # broken schedules must not stop the window from loading
         logger.exception("Recurring schedules could not be made into jobs")
         result.errors.append(f"recurring schedules: {type(exc).__name__}: {exc}")
-    result.loaded = load_window(store, horizon)
+    result.loaded = load_window(store, horizon, leave_out=paused().matching())
     result.seconds = time.perf_counter() - started
     metrics.preload_pass(result.seconds)
     return result

@@ -17,7 +17,7 @@ from typing import Any, TextIO, TypeVar
 
 from django.core.management.base import BaseCommand, CommandError, OutputWrapper
 
-from delayjobs.api import pauses
+from delayjobs import pauses
 from delayjobs.checks import MAX_CONCURRENCY
 from delayjobs.conf import EXECUTORS
 from delayjobs.core.db import max_length

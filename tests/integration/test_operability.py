@@ -12,8 +12,7 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 
 import delayjobs
-from delayjobs import signals
-from delayjobs.api import pauses
+from delayjobs import pauses, signals
 from delayjobs.engine.consumer import Consumer as ConsumerLoop
 from delayjobs.exceptions import InvalidJob, UnknownJobType
 from delayjobs.index.keys import due_key

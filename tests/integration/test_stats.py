@@ -13,7 +13,8 @@ from django.contrib.auth.models import Permission, User
 from django.urls import reverse
 from django.utils import timezone
 
-from delayjobs.api import pauses, stats
+from delayjobs import pauses
+from delayjobs.api import stats
 from delayjobs.models import AttemptOutcome, Consumer, DelayedJob, JobAttempt, JobStatus
 
 pytestmark = pytest.mark.django_db

@@ -1,35 +1,71 @@
-"""Pausing and resuming a queue or a job type, without restarting consumers.
+"""Pausing and resuming a queue or a job type, without restarting consumers, and what is
+paused now.
 
-A pause is a ``Pause`` row. Consumers keep the paused queues and job types in memory and
-claim none of their jobs; they re-read them when ``pause``/``resume`` announce a change
-over Redis (on commit), and at least every IDLE_TIMEOUT in case an announcement was
-missed. Paused jobs stay ``scheduled``; the pre-loader leaves them out of Redis, and
-``resume`` puts those due within the window back, so they run where they were.
+A pause is a ``Pause`` row. Consumers keep the paused queues and job types in memory
+(``paused()``, a ``Paused``) and claim none of their jobs; they re-read them when
+``pause``/``resume`` announce a change over Redis (on commit), and at least every
+IDLE_TIMEOUT in case an announcement was missed. Paused jobs stay ``scheduled``; the
+pre-loader leaves them out of Redis, and ``resume`` puts those due within the window back,
+so they run where they were. The consumers, the pre-loader, the stats and the admin read
+what is paused here. (A recurring schedule's pause is its row's ``enabled``:
+``delayjobs.recurring.definitions``.)
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 from redis import RedisError
 
 from delayjobs.conf import settings
-from delayjobs.core.paused import Paused, paused
 from delayjobs.exceptions import InvalidJob
 from delayjobs.index.store import get_store
 from delayjobs.index.window import load_window
 from delayjobs.jobtypes import registry
-from delayjobs.models import Pause, PauseKind, jobs_database
+from delayjobs.models import DelayedJob, Pause, PauseKind, jobs_database
 from delayjobs.validation import check_queue
 
 logger = logging.getLogger("delayjobs.pauses")  # the old path: users' LOGGING names it
 
-# The read side lives in the foundation (``delayjobs.core.paused``); here for callers of
-# the public API (the admin reads pauses through it).
 __all__ = ["Paused", "check_target", "pause", "paused", "resume"]
+
+
+@dataclass(frozen=True)
+class Paused:
+    """The paused queues and job types at one moment."""
+
+    queues: frozenset[str] = frozenset()
+    job_types: frozenset[str] = frozenset()
+
+    def covers(self, queue: str, job_type: str | None = None) -> bool:
+        """Whether a job of ``queue`` (and ``job_type``) is paused."""
+        return queue in self.queues or (job_type is not None and job_type in self.job_types)
+
+    def matching(self) -> Q:
+        """The paused jobs as a filter; an empty ``Q()`` (no filter) when nothing is paused."""
+        if not self:
+            return Q()
+        return Q(queue__in=self.queues) | Q(job_type__in=self.job_types)
+
+    def exclude_from(self, jobs: QuerySet[DelayedJob]) -> QuerySet[DelayedJob]:
+        """``jobs`` without the paused ones."""
+        return jobs.exclude(self.matching()) if self else jobs
+
+    def __bool__(self) -> bool:
+        return bool(self.queues or self.job_types)
+
+
+def paused() -> Paused:
+    """What is paused now (one query)."""
+    queues: set[str] = set()
+    job_types: set[str] = set()
+    for kind, name in Pause.objects.values_list("kind", "name"):
+        (queues if kind == PauseKind.QUEUE else job_types).add(name)
+    return Paused(frozenset(queues), frozenset(job_types))
 
 
 def pause(*, queue: str | None = None, job_type: str | None = None, by: str = "") -> bool:
@@ -84,7 +120,7 @@ def _reindex(**target: str) -> None:
     _announce()
     try:
         horizon = timezone.now() + settings.PRELOAD_WINDOW
-        load_window(get_store(), horizon, only=Q(**target))
+        load_window(get_store(), horizon, leave_out=paused().matching(), only=Q(**target))
     except RedisError as exc:
         logger.warning("Resumed %s; Redis is unreachable (%s): the pre-loader will.", target, exc)
 
