@@ -21,8 +21,7 @@ from delayjobs import signals
 from delayjobs.core import clock, metrics
 from delayjobs.core.logfields import job_fields
 from delayjobs.engine.outcome_log import log_outcome
-from delayjobs.exceptions import InvalidJob, UnknownJobType
-from delayjobs.execution import UnstorableResult
+from delayjobs.exceptions import InvalidJob, UnknownJobType, UnstorableResult
 from delayjobs.jobtypes import MAX_RETRY_DELAY, JobType, registry
 from delayjobs.models import DelayedJob
 from delayjobs.payload import storable_json

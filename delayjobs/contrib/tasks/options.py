@@ -13,7 +13,7 @@ OPTIONS:
   to find ``@task`` objects (a task in any module of an installed app needs no listing).
   ``enqueue()`` refuses a task consumers could not import.
 
-Task discovery (``discovery``) and the job type (``jobs``) read these settings from any
+Task discovery (``discovery``) and the job type (``job_type``) read these settings from any
 ``DelayJobsBackendBase``, so neither imports the backend that enqueues (``backend``).
 """
 
@@ -37,7 +37,7 @@ class DelayJobsBackendBase(BaseTaskBackend):
     def default_max_attempts(self) -> int | None:
         """The attempts when OPTIONS gives no MAX_ATTEMPTS: the ``django.task`` job type's,
         read when the backend is built. ``backend.DelayJobsBackend`` knows the job type
-        (``jobs``, above this module)."""
+        (``job_type``, above this module)."""
         raise NotImplementedError
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
