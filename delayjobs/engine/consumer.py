@@ -44,7 +44,7 @@ from delayjobs.conf import EXECUTORS, settings
 from delayjobs.core import metrics
 from delayjobs.core.db import drop_broken_connections
 from delayjobs.engine import preloader, presence
-from delayjobs.engine.claims import Claims, PauseView
+from delayjobs.engine.claimer import Claims, PauseView
 from delayjobs.engine.executors import executor_class
 from delayjobs.engine.fallback import RedisFallback
 from delayjobs.engine.fetch_database import DatabaseFetcher

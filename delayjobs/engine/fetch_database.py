@@ -16,7 +16,7 @@ from django.db import DatabaseError
 from delayjobs import transitions
 from delayjobs.conf import settings
 from delayjobs.core import clock
-from delayjobs.engine.claims import Claims
+from delayjobs.engine.claimer import Claims
 from delayjobs.engine.execution import LOCKED_RETRY
 from delayjobs.jobtypes import JobType
 from delayjobs.models import DelayedJob

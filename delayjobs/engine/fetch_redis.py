@@ -16,7 +16,7 @@ from redis import RedisError
 from delayjobs import transitions
 from delayjobs.conf import settings
 from delayjobs.core import clock
-from delayjobs.engine.claims import Claims
+from delayjobs.engine.claimer import Claims
 from delayjobs.engine.execution import LOCKED_RETRY
 from delayjobs.engine.fallback import RedisFallback
 from delayjobs.index.handoff import index_due_soon

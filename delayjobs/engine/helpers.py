@@ -17,7 +17,7 @@ from delayjobs import transitions
 from delayjobs.core import clock, metrics
 from delayjobs.core.db import drop_broken_connections
 from delayjobs.engine import presence
-from delayjobs.engine.claims import PauseView
+from delayjobs.engine.claimer import PauseView
 from delayjobs.engine.execution import time_to_run_of
 from delayjobs.engine.fallback import RedisFallback
 from delayjobs.engine.inflight import InFlight

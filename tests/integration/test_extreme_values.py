@@ -18,7 +18,7 @@ from django.utils import timezone
 
 import delayjobs
 from delayjobs import transitions
-from delayjobs.engine.claims import PauseView
+from delayjobs.engine.claimer import PauseView
 from delayjobs.engine.consumer import Consumer
 from delayjobs.index.store import RedisStore
 from delayjobs.jobtypes import registry

@@ -37,7 +37,7 @@ from jsonschema import Draft202012Validator
 from openapi_spec_validator import validate as validate_openapi
 
 import delayjobs
-from delayjobs.http import keys
+from delayjobs import api_keys as keys
 from delayjobs.http.bodies import MAX_BULK_JOBS
 from delayjobs.http.listing import MAX_LIMIT
 from delayjobs.http.openapi import OPERATIONS, build_document, openapi_path

@@ -406,7 +406,7 @@ def test_preload_command_reports_a_skipped_pass(restore_delayjobs_logger):
 
 
 def test_celery_task_runs_a_pass():
-    from delayjobs.contrib.celery.tasks import preload as preload_task
+    from delayjobs.tasks import preload as preload_task
 
     assert preload_task.name == "delayjobs.tasks.preload"
     job = delayjobs.schedule("tests.scripted", run_at=at(timezone.now(), 1))
@@ -418,7 +418,7 @@ def test_celery_task_runs_a_pass():
 
 
 def test_celery_task_called_directly_runs_a_pass():
-    from delayjobs.contrib.celery.tasks import preload as preload_task
+    from delayjobs.tasks import preload as preload_task
 
     delayjobs.schedule("tests.noop", run_at=at(timezone.now(), 1))
     assert preload_task()["loaded"] == 1

@@ -69,7 +69,7 @@ PINNED = [
     "delayjobs.api.stats",
     "delayjobs.admin.DelayedJobInline",
     "delayjobs.http.urls",
-    "delayjobs.http.keys.create_api_key",
+    "delayjobs.api_keys.create_api_key",
 ]
 
 #: Written into rows and results as ``module.qualname``: each must be *defined* there.

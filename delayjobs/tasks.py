@@ -8,8 +8,9 @@
 celery`` (see ``delayjobs.contrib.celery.executor``); route it like any task
 (``CELERY_TASK_ROUTES = {"delayjobs.tasks.execute": {"queue": "jobs"}}``).
 
-Importing this module needs Celery (the ``celery`` extra); only delayjobs.contrib.celery
-imports it.
+Celery's ``autodiscover_tasks()`` imports this module as ``<app>.tasks``, which registers
+both tasks; within delayjobs, only the Celery executor (``delayjobs.contrib.celery``)
+imports it, to publish ``execute``. Importing it needs Celery (the ``celery`` extra).
 """
 
 from __future__ import annotations
