@@ -8,7 +8,6 @@ docs/explanation/design.md).
 from __future__ import annotations
 
 import inspect
-import re
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
@@ -17,6 +16,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from delayjobs.core.backoff import equal_jitter_backoff
 from delayjobs.exceptions import UnknownJobType
+from delayjobs.names import NAME_RULE, QUEUE_RULE, is_name, is_queue
 from delayjobs.recurring.rules import Cron, Every, Misfire, Recurrence, misfire_problem
 
 if TYPE_CHECKING:
@@ -24,8 +24,6 @@ if TYPE_CHECKING:
     # (``delayjobs.register`` in an app's module), and models cannot be then.
     from delayjobs.models import DelayedJob
 
-NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.:-]{1,200}$")
-QUEUE_PATTERN = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 
 # Bounds of every duration a job type declares or returns. Past them, datetime arithmetic
 # at claim or retry time overflows (timedelta.max) and takes a consumer down, so they are
@@ -212,16 +210,10 @@ def validate_job_type_class(cls: object) -> None:
     if not (isinstance(cls, type) and issubclass(cls, JobType)):
         raise ImproperlyConfigured(f"@delayjobs.register expects a JobType subclass, got {cls!r}.")
     label = _qualified_name(cls)
-    if not isinstance(cls.name, str) or not NAME_PATTERN.fullmatch(cls.name):
-        raise ImproperlyConfigured(
-            f"{label}.name must be 1-200 characters of letters, digits and '_.:-'; "
-            f"got {cls.name!r}."
-        )
-    if not isinstance(cls.queue, str) or not QUEUE_PATTERN.fullmatch(cls.queue):
-        raise ImproperlyConfigured(
-            f"{label}.queue must be 1-100 characters of letters, digits and '_.-'; "
-            f"got {cls.queue!r}."
-        )
+    if not is_name(cls.name):
+        raise ImproperlyConfigured(f"{label}.name must be {NAME_RULE}; got {cls.name!r}.")
+    if not is_queue(cls.queue):
+        raise ImproperlyConfigured(f"{label}.queue must be {QUEUE_RULE}; got {cls.queue!r}.")
     if cls.execute is JobType.execute:
         raise ImproperlyConfigured(f"{label} must implement execute(self, job).")
     _check_callables(cls, label)

@@ -22,8 +22,9 @@ from django.utils.translation import gettext_lazy as _
 
 from delayjobs.admin.api_keys import JobTypesField
 from delayjobs.exceptions import InvalidJob, UnknownJobType
-from delayjobs.jobtypes import MAX_LATENESS, MIN_LATENESS, NAME_PATTERN, registry
+from delayjobs.jobtypes import MAX_LATENESS, MIN_LATENESS, registry
 from delayjobs.models import Schedule
+from delayjobs.names import is_name
 from delayjobs.payload import normalize_payload
 from delayjobs.recurring.rules import (
     cron_problem,
@@ -139,7 +140,7 @@ class ScheduleForm(forms.ModelForm):
 
     def clean_name(self) -> str:
         name: str = self.cleaned_data["name"]
-        if not NAME_PATTERN.fullmatch(name):
+        if not is_name(name):
             raise ValidationError(
                 _(
                     "A name is 1-200 letters, digits and '_.:-' (it is part of the key of "

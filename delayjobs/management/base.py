@@ -18,12 +18,11 @@ from typing import Any, TextIO, TypeVar
 from django.core.management.base import BaseCommand, CommandError, OutputWrapper
 
 from delayjobs import pauses
-from delayjobs.checks import MAX_CONCURRENCY
-from delayjobs.conf import EXECUTORS
+from delayjobs.conf import EXECUTORS, MAX_CONCURRENCY
 from delayjobs.core.db import max_length
 from delayjobs.exceptions import InvalidJob
-from delayjobs.jobtypes import QUEUE_PATTERN
 from delayjobs.models import ACTIVE_STATUSES, DelayedJob, JobStatus, Schedule
+from delayjobs.names import QUEUE_RULE, is_queue
 from delayjobs.recurring.definitions import pause_schedule, resume_schedule, sync_code_schedules
 
 LEVELS = {0: logging.ERROR, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
@@ -54,10 +53,9 @@ def concurrency(value: object) -> int:
 
 def queue_name(value: object) -> str:
     """--queue: a queue name as schedule() accepts it."""
-    # fullmatch: the pattern's "$" would also match before a trailing newline.
-    if not isinstance(value, str) or not QUEUE_PATTERN.fullmatch(value):
-        raise ArgumentTypeError("use 1-100 letters, digits and '_.-'")
-    return value
+    if not is_queue(value):
+        raise ArgumentTypeError(f"use {QUEUE_RULE}")
+    return str(value)
 
 
 def worker_id(value: object) -> str:

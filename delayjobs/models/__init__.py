@@ -8,6 +8,8 @@ from delayjobs.models.control import ApiKey, Consumer, Pause, PauseKind
 from delayjobs.models.jobs import (
     ACTIVE_STATUSES,
     FINAL_STATUSES,
+    PRIORITY_MAX,
+    PRIORITY_MIN,
     RETRYABLE_STATUSES,
     AttemptOutcome,
     DelayedJob,
@@ -23,6 +25,8 @@ from delayjobs.models.schedules import MisfirePolicy, Schedule, ScheduleSource
 __all__ = [
     "ACTIVE_STATUSES",
     "FINAL_STATUSES",
+    "PRIORITY_MAX",
+    "PRIORITY_MIN",
     "RETRYABLE_STATUSES",
     "ApiKey",
     "AttemptOutcome",

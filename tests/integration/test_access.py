@@ -36,10 +36,11 @@ from django.utils import timezone
 import delayjobs
 from delayjobs.apps import JOB_TYPES_MODULE
 from delayjobs.checks import check_settings
+from delayjobs.conf import mask_url
 from delayjobs.engine import preloader
 from delayjobs.engine.consumer import Consumer
 from delayjobs.exceptions import UnknownJobType
-from delayjobs.index.client import describe_target, mask_url
+from delayjobs.index.client import describe_target
 from delayjobs.index.keys import due_key, preload_lock_key, wake_channel
 from delayjobs.index.store import RedisStore, get_store
 from delayjobs.jobtypes import registry

@@ -344,7 +344,7 @@ def test_pause_and_resume_a_job_type():
     [
         ([], {}, "one of the arguments --queue --job-type --schedule is required"),
         (["--queue", "a", "--job-type", "tests.noop"], {}, "not allowed with argument"),
-        (["--queue", "a b"], {}, "use 1-100 letters, digits and '_.-'"),
+        (["--queue", "a b"], {}, "use 1-100 characters of letters, digits and '_.-'"),
         ([], {"queue": "a", "job_type": "tests.noop"}, "not allowed with argument"),
         ([], {"job_type": 7}, "--job-type: give a job type's name, got 7"),
     ],

@@ -25,7 +25,7 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 
 from delayjobs.contrib.tasks.compat import BaseTaskBackend
-from delayjobs.jobtypes import QUEUE_PATTERN
+from delayjobs.names import QUEUE_RULE, is_queue
 from delayjobs.validation import MAX_ATTEMPTS_LIMIT
 
 OPTION_NAMES = frozenset({"MAX_ATTEMPTS", "MODULES"})
@@ -42,13 +42,11 @@ class DelayJobsBackendBase(BaseTaskBackend):
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
-        bad_queues = sorted(
-            repr(q) for q in self.queues if not isinstance(q, str) or not QUEUE_PATTERN.fullmatch(q)
-        )
+        bad_queues = sorted(repr(q) for q in self.queues if not is_queue(q))
         if bad_queues:
             raise ImproperlyConfigured(
                 f"TASKS[{alias!r}]['QUEUES']: {', '.join(bad_queues)} cannot be delayjobs "
-                f"queues (1-100 characters of letters, digits and '_.-')."
+                f"queues ({QUEUE_RULE})."
             )
         options = self.options if isinstance(self.options, Mapping) else None
         if options is None or set(options) - OPTION_NAMES:
