@@ -1,4 +1,4 @@
-"""The app's models (layer 0, foundation): the job rows in ``jobs``, the control rows
+"""The app's models (foundation): the job rows in ``jobs``, the control rows
 (pauses, consumers, API keys) in ``control``, recurring schedules in ``schedules``. Django
 loads them from this package; the documented paths are ``delayjobs.models.<Name>``, and
 migration 0001 names ``delayjobs.models.new_trace_id``.
