@@ -149,7 +149,7 @@ class Consumer:
             recorder=self.recorder,
             pauses=self.pauses,
         )
-        # Each queue's lanes (see redis_store.lane); which one pops first rotates, so that
+        # Each queue's lanes (see delayjobs.lanes); which one pops first rotates, so that
         # no queue starves the others.
         queue_lanes = [name for queue in self.queues for name in lanes(queue)]
         self.fallback = RedisFallback(

@@ -1,6 +1,6 @@
 """Fetching from Redis: pop the due ids of each lane, claim their rows, start them.
 
-The lanes (see ``redis_store.lane``) are popped in a rotating order so that no queue
+The lanes (see ``delayjobs.lanes``) are popped in a rotating order so that no queue
 starves the others; a pop that leaves due jobs behind marks a backlog, in which claims
 are batched (``REFILL_WAIT``) so that one claim fills many slots.
 """

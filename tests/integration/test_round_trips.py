@@ -82,7 +82,7 @@ _SHARED: dict[str, dict[str, float]] = {
         "db": 0.0,
         "redis": 0.0,
         "cmds": 0.0,
-        # One of them reads the enabled recurring schedules (issue 19).
+        # One of them reads the enabled recurring schedules.
         "db_fixed": 7,
         "redis_fixed": 4,
         "cmds_fixed": 4,
