@@ -45,7 +45,7 @@ def main() -> None:
     from django.core.management import call_command
     from django.test import Client
 
-    from delayjobs.http.keys import create_api_key
+    from delayjobs.api_keys import create_api_key
     from delayjobs.models import DelayedJob
 
     settings.ALLOWED_HOSTS = ["testserver"]

@@ -18,12 +18,12 @@ _EXPORTS = {
     "reschedule": "delayjobs.api",
     "retry": "delayjobs.api",
     "bind": "delayjobs.bindings",
-    "JobType": "delayjobs.spec.jobtypes",
-    "register": "delayjobs.spec.jobtypes",
-    "Every": "delayjobs.spec.recurrence",
-    "Cron": "delayjobs.spec.recurrence",
-    "pause_schedule": "delayjobs.api.schedules",
-    "resume_schedule": "delayjobs.api.schedules",
+    "JobType": "delayjobs.jobtypes",
+    "register": "delayjobs.jobtypes",
+    "Every": "delayjobs.recurring.rules",
+    "Cron": "delayjobs.recurring.rules",
+    "pause_schedule": "delayjobs.recurring.definitions",
+    "resume_schedule": "delayjobs.recurring.definitions",
     "DelayJobsError": "delayjobs.exceptions",
     "InvalidJob": "delayjobs.exceptions",
     "UnknownJobType": "delayjobs.exceptions",
@@ -56,7 +56,6 @@ __all__ = [
 
 if TYPE_CHECKING:
     from delayjobs.api import cancel, reschedule, retry, schedule, schedule_many
-    from delayjobs.api.schedules import pause_schedule, resume_schedule
     from delayjobs.bindings import bind
     from delayjobs.exceptions import (
         DelayJobsError,
@@ -66,8 +65,9 @@ if TYPE_CHECKING:
         JobNotFound,
         UnknownJobType,
     )
-    from delayjobs.spec.jobtypes import JobType, register
-    from delayjobs.spec.recurrence import Cron, Every
+    from delayjobs.jobtypes import JobType, register
+    from delayjobs.recurring.definitions import pause_schedule, resume_schedule
+    from delayjobs.recurring.rules import Cron, Every
 
 
 def __getattr__(name: str) -> Any:

@@ -1,13 +1,15 @@
-"""Exceptions raised by delayjobs' public API.
+"""Exceptions raised by delayjobs' public API, and those a job's attempt records.
 
 Names follow Django's style (``ObjectDoesNotExist``, ``InvalidTask``): no ``Error`` suffix.
+The second group is recorded as a job's error: a task result's
+``TaskError.exception_class_path`` names these classes, and attempt rows hold the path.
 """
 
 from __future__ import annotations
 
 
 class DelayJobsError(Exception):
-    """Base class of every delayjobs exception. Not raised directly."""
+    """Base class of the public API's exceptions. Not raised directly."""
 
 
 class InvalidJob(DelayJobsError, ValueError):
@@ -64,3 +66,57 @@ class JobTimeout(DelayJobsError, TimeoutError):
     records the attempt as timed out with the stack where the job was stuck, and passes
     this to ``JobType.retry_delay`` to decide on a retry.
     """
+
+
+# Recorded as a job's error -------------------------------------------------------------
+
+
+class UnstorableResult(TypeError):
+    """``execute`` returned a value a JSON column cannot hold: the job fails, unretried."""
+
+
+class UnregisteredTask(LookupError):
+    """A ``django.task`` row names a task path that no importable module defines as a
+    ``@task``."""
+
+
+class ForbiddenTaskPath(UnregisteredTask):
+    """A row names a task path outside every installed app: nothing was imported, and no
+    later attempt will import it either."""
+
+
+class TaskRefused(Exception):
+    """The row cannot run as a task (bad payload, or its alias is not a DelayJobsBackend).
+
+    Not retried: the row will not get better by waiting.
+    """
+
+
+class UnknownTaskBackend(LookupError):
+    """The row names a backend alias that is not in this process's ``TASKS``.
+
+    Retried like an unregistered task: a deploy that adds an alias on a shared queue
+    leaves consumers still on the old settings claiming its rows.
+    """
+
+
+class TaskCancelled(Exception):
+    """Stands in ``TaskResult.errors`` for a job cancelled before it ran."""
+
+
+class TaskSkipped(Exception):
+    """Stands in ``TaskResult.errors`` for a job its job type chose not to run."""
+
+
+class TaskExpired(Exception):
+    """Stands in ``TaskResult.errors`` for a job that could start only past its lateness."""
+
+
+class TaskWorkerLost(Exception):
+    """Stands in ``TaskResult.errors`` for an attempt whose consumer died (lease expired)."""
+
+
+class TaskFailed(Exception):
+    """Stands in ``TaskResult.errors`` for an exception whose class this process cannot
+    name safely: its module is not loaded here (``exception_class`` would import it), or
+    the name is not an exception class. The traceback text names the original class."""

@@ -87,6 +87,9 @@ if "$VENV/bin/python" -c 'import django, sys; sys.exit(django.VERSION[:2] != (5,
     "$VENV/bin/mypy"
 fi
 
+header "Import contracts (lint-imports: [tool.importlinter] in pyproject.toml)"
+"$VENV/bin/lint-imports"
+
 header "Migrations are up to date"
 DJANGO_SETTINGS_MODULE=tests.settings "$VENV/bin/python" manage.py makemigrations --check --dry-run
 

@@ -169,15 +169,15 @@ LOGGING = {
 _TASKS_PACKAGE = "django.tasks" if django.VERSION >= (6, 0) else "django_tasks"
 TASKS = {
     "default": {
-        "BACKEND": "delayjobs.backends.DelayJobsBackend",
+        "BACKEND": "delayjobs.contrib.tasks.backend.DelayJobsBackend",
         "QUEUES": ["default", "other"],
     },
     "retrying": {
-        "BACKEND": "delayjobs.backends.DelayJobsBackend",
+        "BACKEND": "delayjobs.contrib.tasks.backend.DelayJobsBackend",
         "OPTIONS": {"MAX_ATTEMPTS": 2},
     },
     "once": {
-        "BACKEND": "delayjobs.backends.DelayJobsBackend",
+        "BACKEND": "delayjobs.contrib.tasks.backend.DelayJobsBackend",
         "OPTIONS": {"MAX_ATTEMPTS": 1},
     },
     # tests/integration/test_tasks_differential.py: the same scenarios on the reference database
@@ -187,7 +187,7 @@ TASKS = {
         "QUEUES": ["default", "other"],
     },
     "differential": {
-        "BACKEND": "delayjobs.backends.DelayJobsBackend",
+        "BACKEND": "delayjobs.contrib.tasks.backend.DelayJobsBackend",
         "QUEUES": ["default", "other"],
         "OPTIONS": {"MAX_ATTEMPTS": 1},
     },

@@ -1,6 +1,6 @@
 """Django Tasks (``@task``) of the test suite, found like any app's ``tasks`` module.
 
-They run through ``delayjobs.backends.DelayJobsBackend`` (TASKS in tests/settings.py):
+They run through ``delayjobs.contrib.tasks.backend.DelayJobsBackend`` (TASKS in tests/settings.py):
 ``django.tasks`` on Django 6, the ``django_tasks`` backport on Django 5.2.
 """
 

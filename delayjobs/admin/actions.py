@@ -26,7 +26,7 @@ from delayjobs import api
 from delayjobs.admin.columns import status_badge, utc_iso
 from delayjobs.exceptions import DelayJobsError, InvalidJob
 from delayjobs.models import RETRYABLE_STATUSES, DelayedJob, JobStatus
-from delayjobs.spec.validation import resolve_run_at
+from delayjobs.validation import resolve_run_at
 
 #: A datetime-local input has minute precision in most browsers, so "now" typed into it
 #: is up to a minute ago: that much of the past still counts as now.

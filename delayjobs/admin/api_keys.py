@@ -25,7 +25,7 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from delayjobs.admin.lookups import RefusesNulInLists
-from delayjobs.http.keys import check_job_types, create_api_key
+from delayjobs.api_keys import check_job_types, create_api_key
 from delayjobs.models import ApiKey
 
 SHOWN_FIELDS = (

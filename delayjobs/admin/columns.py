@@ -17,7 +17,7 @@ from django.utils.html import format_html
 from django.utils.text import capfirst
 from django.utils.translation import get_language, gettext
 
-from delayjobs.api import pauses
+from delayjobs import pauses
 from delayjobs.core.db import verbose_name
 from delayjobs.core.display import format_duration, format_precise_time, format_time
 from delayjobs.models import DelayedJob, JobStatus

@@ -1,4 +1,4 @@
-"""The admin dashboard: the figures of ``delayjobs.stats`` on one server-rendered page.
+"""The admin dashboard: the figures of ``delayjobs.api.stats`` on one server-rendered page.
 
 No JavaScript and no external assets: the chart of the next hour is an inline SVG whose
 bars are positioned here, in Python, so the page works offline and under a strict

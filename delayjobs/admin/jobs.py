@@ -210,7 +210,7 @@ class DelayedJobAdmin(ReadOnlyMixin, admin.ModelAdmin):
     show_full_result_count = False
     show_facets = admin.ShowFacets.NEVER
     #: Rows above which the list's count is the planner's estimate (PostgreSQL); None:
-    #: DELAYJOBS["ADMIN_ESTIMATE_ABOVE"] or delayjobs.admin.estimates.ESTIMATE_ABOVE.
+    #: DELAYJOBS["ADMIN_ESTIMATE_ABOVE"] (or its default).
     estimate_above: int | None = None
     # get_search_results does the searching; this turns the search box on.
     search_fields = ("=key",)

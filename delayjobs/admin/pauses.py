@@ -14,11 +14,11 @@ from django.utils.http import urlencode
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
+from delayjobs import pauses
 from delayjobs.admin.lookups import RefusesNulInLists
-from delayjobs.api import pauses
 from delayjobs.exceptions import InvalidJob
+from delayjobs.jobtypes import registry
 from delayjobs.models import JobStatus, Pause, PauseKind
-from delayjobs.spec.jobtypes import registry
 
 
 def pause_target(kind: str, name: str) -> dict[str, Any]:

@@ -13,10 +13,10 @@ from django.utils.safestring import mark_safe
 from django.utils.translation import gettext
 
 from delayjobs.admin.columns import BADGE_STYLE, PAUSED_COLOUR, job_link, status_badge
-from delayjobs.api.schedules import definition_problem, grace_of, recent_jobs, recurrence_of
 from delayjobs.core.display import format_duration, format_time
 from delayjobs.models import Schedule
 from delayjobs.models.schedules import ScheduleSource
+from delayjobs.recurring.definitions import definition_problem, grace_of, recent_jobs, recurrence_of
 
 ENABLED_COLOUR = "#2e7d32"
 PROBLEM_STYLE = "color: #ba2121"

@@ -1,7 +1,7 @@
 """The form of an operator's schedule (``source = database``) in the admin.
 
 Every field is checked by the very functions that decide whether a schedule can tick
-(``delayjobs.spec.recurrence``, the payload's limits, the registry), so a schedule the
+(``delayjobs.recurring.rules``, the payload's limits, the registry), so a schedule the
 form accepts is one the pre-loader can make jobs of; each refusal is a field error saying
 what to type instead.
 """
@@ -22,10 +22,11 @@ from django.utils.translation import gettext_lazy as _
 
 from delayjobs.admin.api_keys import JobTypesField
 from delayjobs.exceptions import InvalidJob, UnknownJobType
+from delayjobs.jobtypes import MAX_LATENESS, MIN_LATENESS, registry
 from delayjobs.models import Schedule
-from delayjobs.spec.jobtypes import MAX_LATENESS, MIN_LATENESS, NAME_PATTERN, registry
-from delayjobs.spec.payload import normalize_payload
-from delayjobs.spec.recurrence import (
+from delayjobs.names import is_name
+from delayjobs.payload import normalize_payload
+from delayjobs.recurring.rules import (
     cron_problem,
     format_interval,
     interval_problem,
@@ -139,7 +140,7 @@ class ScheduleForm(forms.ModelForm):
 
     def clean_name(self) -> str:
         name: str = self.cleaned_data["name"]
-        if not NAME_PATTERN.fullmatch(name):
+        if not is_name(name):
             raise ValidationError(
                 _(
                     "A name is 1-200 letters, digits and '_.:-' (it is part of the key of "

@@ -4,7 +4,7 @@ and its latest tick's outcome; pause and resume; an operator's schedules edited 
 A code schedule (a job type's ``recurrence``) is the code's: its page is read-only, and
 only pausing and resuming it is the admin's, no deploy needed. An operator's schedule
 (``source = database``) is made and edited with ``ScheduleForm``, whose checks are the
-pre-loader's own. Pausing and resuming go through ``delayjobs.api.schedules`` (which also
+pre-loader's own. Pausing and resuming go through ``delayjobs.recurring.definitions`` (which also
 cancels the jobs of coming ticks), behind their own permission, ``pause_schedule``, as
 POSTs only: the list's actions and the buttons on a schedule's page.
 """
@@ -32,7 +32,9 @@ from delayjobs.admin import schedule_columns as columns
 from delayjobs.admin.columns import moment_column
 from delayjobs.admin.lookups import RefusesNulInLists
 from delayjobs.admin.schedule_form import ScheduleForm
-from delayjobs.api.schedules import (
+from delayjobs.models import Schedule
+from delayjobs.models.schedules import ScheduleSource
+from delayjobs.recurring.definitions import (
     TIMING_FIELDS,
     add_schedule,
     definition_problem,
@@ -42,8 +44,6 @@ from delayjobs.api.schedules import (
     resume_schedule,
     sync_code_schedules,
 )
-from delayjobs.models import Schedule
-from delayjobs.models.schedules import ScheduleSource
 
 #: Ticks listed per schedule.
 NEXT_TICKS = 5

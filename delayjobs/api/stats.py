@@ -23,7 +23,6 @@ from django.db.models.functions import TruncMinute
 from django.utils import timezone
 
 from delayjobs.conf import settings
-from delayjobs.core.paused import Paused
 from delayjobs.models import (
     AttemptOutcome,
     Consumer,
@@ -33,6 +32,7 @@ from delayjobs.models import (
     Pause,
     PauseKind,
 )
+from delayjobs.pauses import Paused
 
 #: A consumer is live if its heartbeat is this recent: three of its longest heartbeat
 #: interval (30 s), so one late or lost heartbeat does not make it look dead.

@@ -3,7 +3,7 @@
 Every function writes in the caller's transaction and hands the job to Redis only once
 that transaction commits; a rollback leaves no job anywhere. Bad arguments raise
 ``InvalidJob`` (or a subclass) before anything is written: the checks are those of
-``delayjobs.spec.validation``.
+``delayjobs.validation``.
 """
 
 from __future__ import annotations
@@ -18,13 +18,14 @@ from django.utils import timezone
 
 from delayjobs import signals, transitions
 from delayjobs.core import metrics
-from delayjobs.core.lanes import IndexEntry
 from delayjobs.core.logfields import job_fields
 from delayjobs.exceptions import DuplicateJob, InvalidJob, InvalidTransition, JobNotFound
 from delayjobs.index.handoff import index_on_commit, unindex_on_commit
+from delayjobs.jobtypes import JobType
+from delayjobs.lanes import IndexEntry, index_entry
 from delayjobs.models import DelayedJob, JobStatus, jobs_database
-from delayjobs.spec.jobtypes import JobType
-from delayjobs.spec.validation import (
+from delayjobs.transitions.bulk import insert_job, insert_jobs
+from delayjobs.validation import (
     JobSpec,
     build_indexed_spec,
     build_spec,
@@ -32,8 +33,6 @@ from delayjobs.spec.validation import (
     refuse_repeated_keys,
     resolve_run_at,
 )
-from delayjobs.transitions.bulk import insert_job, insert_jobs
-from delayjobs.transitions.lanes import index_entry
 
 logger = logging.getLogger("delayjobs.api")  # the old path: users' LOGGING names it
 

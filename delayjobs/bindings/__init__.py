@@ -2,7 +2,8 @@
 ``Binding`` and the declared bindings (``binding``), the model signals' receivers and the
 system check (``receivers``).
 
-Layer 4: imports layers 0-3 and ``delayjobs.api`` (the verbs schedule and cancel).
+Part of the public API's layer: imports ``delayjobs.api`` (the verbs schedule and cancel)
+and the layers below it.
 """
 
 from delayjobs.bindings.binding import Binding, Offset, State, bindings_for

@@ -20,10 +20,10 @@ from django.utils import timezone
 from delayjobs.api.verbs import cancel, schedule
 from delayjobs.core.db import attname
 from delayjobs.exceptions import DuplicateJob, InvalidJob, UnknownJobType
+from delayjobs.jobtypes import JobType, registry
 from delayjobs.models import DelayedJob, DelayedJobQuerySet, JobStatus
-from delayjobs.spec.jobtypes import JobType, registry
-from delayjobs.spec.payload import normalize_payload
-from delayjobs.spec.validation import KEY_MAX_LENGTH, OBJECT_ID_MAX_LENGTH
+from delayjobs.payload import normalize_payload
+from delayjobs.validation import KEY_MAX_LENGTH, OBJECT_ID_MAX_LENGTH
 
 log = logging.getLogger("delayjobs.bindings")  # the old path: users' LOGGING names it
 

@@ -66,8 +66,9 @@ from django.db import models
 from delayjobs.bindings.binding import Binding, Offset, declare, declared
 from delayjobs.bindings.receivers import connect
 from delayjobs.exceptions import InvalidJob
-from delayjobs.spec.jobtypes import NAME_PATTERN, JobType
-from delayjobs.spec.validation import (
+from delayjobs.jobtypes import JobType
+from delayjobs.names import NAME_RULE, is_name
+from delayjobs.validation import (
     check_max_attempts,
     check_max_lateness,
     check_priority,
@@ -179,11 +180,11 @@ def _datetime_field(model: type[models.Model], name: Any) -> models.DateTimeFiel
 def _job_type_name(job_type: Any) -> str:
     if isinstance(job_type, type) and issubclass(job_type, JobType):
         return job_type.name
-    if isinstance(job_type, str) and NAME_PATTERN.fullmatch(job_type):
-        return job_type
+    if is_name(job_type):
+        return str(job_type)
     raise TypeError(
-        f"bind(): job_type must be a JobType subclass or the name of one (1-200 letters, "
-        f"digits and '_.:-'), got {job_type!r}."
+        f"bind(): job_type must be a JobType subclass or the name of one ({NAME_RULE}), "
+        f"got {job_type!r}."
     )
 
 

@@ -1,5 +1,7 @@
-"""The checks of the Redis settings: REDIS_URL or REDIS_CACHE_ALIAS (one of them),
-REDIS_CLUSTER, and the socket timeouts a reused django-redis cache must set."""
+"""The checks of the Redis settings together: REDIS_URL or REDIS_CACHE_ALIAS (one of them),
+the cache the alias names, REDIS_CLUSTER with the URL it applies to, and the socket
+timeouts a reused django-redis cache must set. Each setting's own value is checked by its
+row of ``delayjobs.conf.SETTINGS`` (``checks.settings``)."""
 
 from __future__ import annotations
 
@@ -9,13 +11,14 @@ from django.conf import settings as django_settings
 from django.core import checks
 from redis.connection import parse_url
 
-from delayjobs.conf import DEFAULTS
-from delayjobs.index.client import mask_url
+from delayjobs.conf import BY_NAME
+
+NAMES = ("REDIS_URL", "REDIS_CACHE_ALIAS", "REDIS_CLUSTER")
 
 
-def check_redis(config: dict[str, Any]) -> list[checks.CheckMessage]:
-    url, alias = config.get("REDIS_URL"), config.get("REDIS_CACHE_ALIAS")
-    if url and alias:
+def check_redis(config: dict[str, Any], values: dict[str, Any]) -> list[checks.CheckMessage]:
+    """``config``: the DELAYJOBS dict as written; ``values``: the settings that read fine."""
+    if config.get("REDIS_URL") and config.get("REDIS_CACHE_ALIAS"):
         return [
             checks.Error(
                 "DELAYJOBS sets both REDIS_URL and REDIS_CACHE_ALIAS.",
@@ -23,57 +26,44 @@ def check_redis(config: dict[str, Any]) -> list[checks.CheckMessage]:
                 id="delayjobs.E002",
             )
         ]
-    if url is not None and not _is_redis_url(url):
-        hint = "For example 'redis://127.0.0.1:6379/0', or 'rediss://user:pass@host/0' for TLS."
-        if isinstance(url, str) and "sentinel" in url.partition("://")[0].lower():
-            # redis-py has no URL for Sentinel, and a grammar of our own would be one more
-            # to learn: Sentinel goes through django-redis's documented configuration.
-            hint = (
-                "Redis Sentinel has no URL: configure a django-redis cache with "
-                "'django_redis.pool.SentinelConnectionFactory' and name it in "
-                "REDIS_CACHE_ALIAS instead (see the Redis Sentinel how-to)."
-            )
-        return [
-            checks.Error(
-                f"DELAYJOBS['REDIS_URL'] must be a valid redis://, rediss:// or unix:// URL, "
-                f"got {_shown_url(url)}.",
-                hint=hint,
-                id="delayjobs.E003",
-            )
-        ]
-    cluster = config.get("REDIS_CLUSTER", DEFAULTS["REDIS_CLUSTER"])
-    problem = _cluster_problem(cluster, url, alias) if cluster is not False else None
+    if any(name not in values for name in NAMES):
+        return []  # a bad value, reported by its own row
+    url, alias, cluster = (values[name] for name in NAMES)
+    problem = _cluster_problem(url, alias) if cluster else None
     if problem:
         return [
             checks.Error(
-                f"DELAYJOBS['REDIS_CLUSTER'] is {cluster!r}, but {problem}",
-                hint="REDIS_CLUSTER = True with REDIS_URL naming any one node of the "
-                "cluster, e.g. 'redis://10.0.0.1:6379/0'.",
+                f"DELAYJOBS['REDIS_CLUSTER'] is True, but {problem}",
+                hint=BY_NAME["REDIS_CLUSTER"].hint,
                 id="delayjobs.E017",
             )
         ]
     if alias is not None:
-        caches = getattr(django_settings, "CACHES", {})
-        cache = caches.get(alias) if isinstance(alias, str) else None
-        if not isinstance(cache, dict):
-            return [
-                checks.Error(
-                    f"DELAYJOBS['REDIS_CACHE_ALIAS'] names the cache {alias!r}, which is not in "
-                    f"CACHES.",
-                    hint="Add it to CACHES with BACKEND 'django_redis.cache.RedisCache'.",
-                    id="delayjobs.E004",
-                )
-            ]
-        if not str(cache.get("BACKEND", "")).startswith("django_redis."):
-            return [
-                checks.Error(
-                    f"CACHES[{alias!r}] is not a django-redis cache ({cache.get('BACKEND')!r}).",
-                    hint="Use BACKEND 'django_redis.cache.RedisCache', or set REDIS_URL instead.",
-                    id="delayjobs.E004",
-                )
-            ]
-        return _check_cache_timeouts(alias, cache)
+        return _check_cache(alias)
     return []
+
+
+def _check_cache(alias: str) -> list[checks.CheckMessage]:
+    caches = getattr(django_settings, "CACHES", {})
+    cache = caches.get(alias)
+    if not isinstance(cache, dict):
+        return [
+            checks.Error(
+                f"DELAYJOBS['REDIS_CACHE_ALIAS'] names the cache {alias!r}, which is not in "
+                f"CACHES.",
+                hint=BY_NAME["REDIS_CACHE_ALIAS"].hint,
+                id="delayjobs.E004",
+            )
+        ]
+    if not str(cache.get("BACKEND", "")).startswith("django_redis."):
+        return [
+            checks.Error(
+                f"CACHES[{alias!r}] is not a django-redis cache ({cache.get('BACKEND')!r}).",
+                hint="Use BACKEND 'django_redis.cache.RedisCache', or set REDIS_URL instead.",
+                id="delayjobs.E004",
+            )
+        ]
+    return _check_cache_timeouts(alias, cache)
 
 
 #: The socket timeouts a django-redis cache must set (django-redis sets none).
@@ -101,32 +91,15 @@ def _check_cache_timeouts(alias: str, cache: dict[str, Any]) -> list[checks.Chec
     ]
 
 
-def _cluster_problem(cluster: Any, url: Any, alias: Any) -> str | None:
-    """What is wrong with REDIS_CLUSTER and the URL it applies to, or None."""
-    if not isinstance(cluster, bool):
-        return "it must be True or False."
+def _cluster_problem(url: str | None, alias: str | None) -> str | None:
+    """What is wrong with a Redis Cluster reached through this URL or alias, or None."""
     if alias is not None:
         # django-redis has no Redis Cluster client: its pool would talk to one node and
         # fail with MOVED on the keys of the others.
         return "REDIS_CACHE_ALIAS is set: django-redis caches cannot reach a Redis Cluster."
-    if isinstance(url, str) and url.startswith("unix://"):
+    if url is not None and url.startswith("unix://"):
         return "REDIS_URL is a unix:// socket: cluster nodes announce each other by host and port."
-    database = parse_url(url).get("db", 0) if isinstance(url, str) else 0
+    database = parse_url(url).get("db", 0) if url is not None else 0
     if int(database) != 0:
         return f"REDIS_URL selects database {database}: a Redis Cluster has only database 0."
     return None
-
-
-def _is_redis_url(url: Any) -> bool:
-    if not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://")):
-        return False
-    try:
-        parse_url(url)  # what redis-py does with it: a bad port fails here, not at runtime
-    except ValueError:
-        return False
-    return True
-
-
-def _shown_url(url: object) -> str:
-    """The value as a message may show it: a string that may hold a password is masked."""
-    return repr(mask_url(url)) if isinstance(url, str) else repr(url)

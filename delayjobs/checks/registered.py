@@ -12,15 +12,9 @@ from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 
 from delayjobs.checks.redis import check_redis
-from delayjobs.checks.settings import (
-    check_ahead,
-    check_durations,
-    check_limits,
-    check_payload_depth,
-    check_scalars,
-)
-from delayjobs.conf import DEFAULTS, raw_settings
-from delayjobs.spec.jobtypes import (
+from delayjobs.checks.settings import check_window, read_each
+from delayjobs.conf import DEFAULTS, configured
+from delayjobs.jobtypes import (
     JobType,
     code_recurrence_problems,
     registry,
@@ -32,7 +26,6 @@ from delayjobs.spec.jobtypes import (
 def check_settings(
     app_configs: Sequence[Any] | None = None, **kwargs: Any
 ) -> list[checks.CheckMessage]:
-    messages: list[checks.CheckMessage] = []
     value = getattr(django_settings, "DELAYJOBS", {})
     if not isinstance(value, dict):
         return [
@@ -42,13 +35,10 @@ def check_settings(
                 id="delayjobs.E001",
             )
         ]
-    config = raw_settings()
-    messages += check_redis(config)
-    messages += check_durations(config)
-    messages += check_scalars(config)
-    messages += check_ahead(config)
-    messages += check_payload_depth(config)
-    messages += check_limits(config)
+    config = configured()
+    messages, values = read_each(config)
+    messages += check_redis(config, values)
+    messages += check_window(values)
     if not getattr(django_settings, "USE_TZ", False):
         messages.append(
             checks.Error(

@@ -1,6 +1,7 @@
-"""Optional integrations, layer 6: ``contrib.celery`` (the Celery executor and its tasks)
-and ``contrib.tasks`` (the Django Tasks backend).
+"""Optional integrations: ``contrib.celery`` (the Celery executor; its tasks are
+``delayjobs.tasks``) and ``contrib.tasks`` (the Django Tasks backend).
 
-Each may import layers 0-5 (foundation, spec, transitions, index, api, engine); neither
-sub-package imports the other, and nothing below layer 6 imports either.
+Each may import the engine and every layer below it; neither sub-package imports the
+other, and only ``delayjobs.apps`` and ``delayjobs.tasks`` import them (the engine names
+executors by dotted path).
 """

@@ -1,6 +1,6 @@
-"""Foundation: the clock, database helpers, log fields, display, metrics, lane names, the
-read side of pauses, the backoff and the version.
+"""Foundation: the clock, database helpers, log fields, display, metrics, the backoff and
+the version.
 
-Layer 0. Modules here import only ``delayjobs.models``, ``exceptions``, ``conf``,
-``signals`` and each other; everything else in delayjobs builds on them.
+Modules here import only ``delayjobs.models``, ``conf``, ``exceptions``, ``names`` and
+each other; everything else in delayjobs builds on them.
 """

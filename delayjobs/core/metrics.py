@@ -137,7 +137,7 @@ def consumer_beat(in_flight: int) -> None:
 
 
 def clock_offset(offset: float | None) -> None:
-    """How far this host's clock is behind the database server's (see delayjobs.clock)."""
+    """How far this host's clock is behind the database server's (see delayjobs.core.clock)."""
     if ENABLED and offset is not None:
         CLOCK_OFFSET.set(offset)
 
@@ -223,7 +223,7 @@ def serve(port: int, address: str) -> None:
 
 def metrics_view(request: HttpRequest) -> HttpResponse:
     """The metrics as Prometheus scrapes them. Mount it where only Prometheus reaches it:
-    ``path("metrics/", delayjobs.metrics.metrics_view)``."""
+    ``path("metrics/", delayjobs.core.metrics.metrics_view)``."""
     if not ENABLED:
         return HttpResponse(
             "Prometheus metrics need prometheus_client: pip install 'django-delayjobs[metrics]'.",

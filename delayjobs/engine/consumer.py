@@ -44,7 +44,7 @@ from delayjobs.conf import EXECUTORS, settings
 from delayjobs.core import metrics
 from delayjobs.core.db import drop_broken_connections
 from delayjobs.engine import preloader, presence
-from delayjobs.engine.claims import Claims, PauseView
+from delayjobs.engine.claimer import Claims, PauseView
 from delayjobs.engine.executors import executor_class
 from delayjobs.engine.fallback import RedisFallback
 from delayjobs.engine.fetch_database import DatabaseFetcher
@@ -56,9 +56,9 @@ from delayjobs.engine.slots import Slots
 from delayjobs.engine.timeouts import EXIT_STUCK, TimeOuts
 from delayjobs.index.client import describe_target
 from delayjobs.index.handoff import index_due_soon
-from delayjobs.index.keys import lanes
 from delayjobs.index.store import RedisStore, get_store
-from delayjobs.spec.jobtypes import JobType, registry
+from delayjobs.jobtypes import JobType, registry
+from delayjobs.lanes import lanes
 
 __all__ = ["EXIT_STUCK", "PREFETCH", "PREFETCH_BUDGET", "Consumer", "default_worker_id"]
 
@@ -149,7 +149,7 @@ class Consumer:
             recorder=self.recorder,
             pauses=self.pauses,
         )
-        # Each queue's lanes (see redis_store.lane); which one pops first rotates, so that
+        # Each queue's lanes (see delayjobs.lanes); which one pops first rotates, so that
         # no queue starves the others.
         queue_lanes = [name for queue in self.queues for name in lanes(queue)]
         self.fallback = RedisFallback(

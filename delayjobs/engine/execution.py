@@ -18,16 +18,15 @@ from django.db import close_old_connections, connections
 from django.dispatch import Signal
 
 from delayjobs import signals
-from delayjobs.api.schedules import schedule_name_of
 from delayjobs.core import clock, metrics
 from delayjobs.core.logfields import job_fields
 from delayjobs.engine.outcome_log import log_outcome
-from delayjobs.engine.recurring import runs_though_late
-from delayjobs.exceptions import InvalidJob, UnknownJobType
-from delayjobs.execution import UnstorableResult
+from delayjobs.exceptions import InvalidJob, UnknownJobType, UnstorableResult
+from delayjobs.jobtypes import MAX_RETRY_DELAY, JobType, registry
 from delayjobs.models import DelayedJob
-from delayjobs.spec.jobtypes import MAX_RETRY_DELAY, JobType, registry
-from delayjobs.spec.payload import storable_json
+from delayjobs.payload import storable_json
+from delayjobs.recurring.definitions import schedule_name_of
+from delayjobs.recurring.ticks import runs_though_late
 from delayjobs.transitions import Outcome
 
 # The consumer's logger: these lines are what an operator follows a consumer by, whether

@@ -32,7 +32,7 @@ from delayjobs.engine.execution import (
 from delayjobs.engine.inflight import InFlight
 from delayjobs.engine.recorder import Recorder
 from delayjobs.engine.workers import WorkerThreads
-from delayjobs.spec.jobtypes import JobType, registry
+from delayjobs.jobtypes import JobType, registry
 from delayjobs.transitions import Outcome
 
 logger = logging.getLogger("delayjobs.consumer")

@@ -25,6 +25,7 @@ from delayjobs.core import clock
 from delayjobs.engine import preloader
 from delayjobs.index.store import RedisStore
 from delayjobs.index.window import load_window
+from delayjobs.pauses import paused
 
 logger = logging.getLogger("delayjobs.consumer")
 
@@ -153,7 +154,8 @@ class RedisFallback:
         # --no-preload leaves reaping and plan() to the pre-loader run elsewhere. A pass
         # skipped for the lock (a pass elsewhere, or a lock a failed master replicated)
         # must not leave the due jobs just dropped out until the next one: load them here.
-        loaded = load_window(self.store, now + settings.PRELOAD_WINDOW)
+        horizon = now + settings.PRELOAD_WINDOW
+        loaded = load_window(self.store, horizon, leave_out=paused().matching())
         return f"{done}, loaded {loaded} job(s) due within the window"
 
     def probe(self) -> None:

@@ -16,11 +16,11 @@ from django.db import DatabaseError
 from delayjobs import transitions
 from delayjobs.conf import settings
 from delayjobs.core import clock
-from delayjobs.engine.claims import Claims
+from delayjobs.engine.claimer import Claims
 from delayjobs.engine.execution import LOCKED_RETRY
-from delayjobs.engine.recurring import materialise_schedules
+from delayjobs.jobtypes import JobType
 from delayjobs.models import DelayedJob
-from delayjobs.spec.jobtypes import JobType
+from delayjobs.recurring.ticks import materialise_schedules
 
 logger = logging.getLogger("delayjobs.consumer")
 

@@ -1,6 +1,6 @@
 """Fetching from Redis: pop the due ids of each lane, claim their rows, start them.
 
-The lanes (see ``redis_store.lane``) are popped in a rotating order so that no queue
+The lanes (see ``delayjobs.lanes``) are popped in a rotating order so that no queue
 starves the others; a pop that leaves due jobs behind marks a backlog, in which claims
 are batched (``REFILL_WAIT``) so that one claim fills many slots.
 """
@@ -16,15 +16,14 @@ from redis import RedisError
 from delayjobs import transitions
 from delayjobs.conf import settings
 from delayjobs.core import clock
-from delayjobs.core.lanes import split_lane
-from delayjobs.engine.claims import Claims
+from delayjobs.engine.claimer import Claims
 from delayjobs.engine.execution import LOCKED_RETRY
 from delayjobs.engine.fallback import RedisFallback
 from delayjobs.index.handoff import index_due_soon
 from delayjobs.index.store import RedisStore
+from delayjobs.jobtypes import JobType
+from delayjobs.lanes import index_entry, split_lane
 from delayjobs.models import DelayedJob, JobStatus
-from delayjobs.spec.jobtypes import JobType
-from delayjobs.transitions.lanes import index_entry
 
 logger = logging.getLogger("delayjobs.consumer")
 

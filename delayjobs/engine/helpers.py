@@ -17,14 +17,14 @@ from delayjobs import transitions
 from delayjobs.core import clock, metrics
 from delayjobs.core.db import drop_broken_connections
 from delayjobs.engine import presence
-from delayjobs.engine.claims import PauseView
+from delayjobs.engine.claimer import PauseView
 from delayjobs.engine.execution import time_to_run_of
 from delayjobs.engine.fallback import RedisFallback
 from delayjobs.engine.inflight import InFlight
 from delayjobs.engine.recorder import Recorder
 from delayjobs.index.keys import control_channel
 from delayjobs.index.store import RedisStore
-from delayjobs.spec.jobtypes import JobType, registry
+from delayjobs.jobtypes import JobType, registry
 
 logger = logging.getLogger("delayjobs.consumer")
 
@@ -156,7 +156,7 @@ class Heartbeat:
 
     def sync_clock(self, *, always: bool) -> None:
         """Read the database server's clock, every due and lease decision's time (see
-        ``delayjobs.clock``): at start, then on the heartbeat once the reading is old."""
+        ``delayjobs.core.clock``): at start, then on the heartbeat once the reading is old."""
         shared = clock.shared
         if always or shared.due():
             offset = shared.sync()

@@ -14,11 +14,11 @@ import time
 from collections.abc import Callable, Iterable
 
 from delayjobs.core import clock
-from delayjobs.core.lanes import split_lane
-from delayjobs.core.paused import Paused
 from delayjobs.engine.execution import Running, due_ns, time_to_run_of
 from delayjobs.engine.slots import Budget, Candidate, Slots
+from delayjobs.lanes import split_lane
 from delayjobs.models import DelayedJob
+from delayjobs.pauses import Paused
 
 #: The most jobs claimed per idle worker thread: a claim of many jobs costs about what a
 #: claim of one does, so in a backlog each idle thread is given a few to run back to back,

@@ -2,7 +2,7 @@
 
 A pass (1) returns running jobs whose lease expired to ``scheduled``, (2) lets job types
 plan jobs from business data, (3) makes the jobs of recurring schedules' ticks due in the
-window (``delayjobs.engine.recurring``), and (4) adds every scheduled job due before
+window (``delayjobs.recurring.ticks``), and (4) adds every scheduled job due before
 now + window to its queue's sorted set, reading the partial index in keyset-paginated
 batches.
 Running it twice, or from two processes, changes nothing more: a Redis lock keeps it to
@@ -26,12 +26,13 @@ from delayjobs.api import schedule
 from delayjobs.conf import settings
 from delayjobs.core import clock, metrics
 from delayjobs.core.db import drop_broken_connections
-from delayjobs.engine.recurring import materialise_schedules
 from delayjobs.exceptions import DuplicateJob, InvalidJob
 from delayjobs.index.store import RedisStore, get_store
 from delayjobs.index.window import load_window
+from delayjobs.jobtypes import JobType, registry
 from delayjobs.models import DelayedJob, JobStatus
-from delayjobs.spec.jobtypes import JobType, registry
+from delayjobs.pauses import paused
+from delayjobs.recurring.ticks import materialise_schedules
 from delayjobs.transitions import reap_expired_leases
 
 logger = logging.getLogger("delayjobs.preloader")  # the old path: users' LOGGING names it
@@ -83,7 +84,7 @@ def _pass(store: RedisStore, now: datetime) -> PassResult:
     except Exception as exc:  # broken schedules must not stop the window from loading
         logger.exception("Recurring schedules could not be made into jobs")
         result.errors.append(f"recurring schedules: {type(exc).__name__}: {exc}")
-    result.loaded = load_window(store, horizon)
+    result.loaded = load_window(store, horizon, leave_out=paused().matching())
     result.seconds = time.perf_counter() - started
     metrics.preload_pass(result.seconds)
     return result

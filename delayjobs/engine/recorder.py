@@ -17,7 +17,7 @@ from collections.abc import Callable
 from django.db import InterfaceError, OperationalError, connections
 
 from delayjobs.core.db import drop_broken_connections
-from delayjobs.core.lanes import IndexEntry
+from delayjobs.lanes import IndexEntry
 from delayjobs.models import DelayedJob
 from delayjobs.transitions import Outcome, record_outcomes
 

@@ -2,7 +2,7 @@
 
 Off unless mounted: add ``path("delayjobs/api/", include("delayjobs.http.urls"))`` to the
 project's URLs. Requests authenticate with an API key (``Authorization: Bearer ...``,
-see ``delayjobs.http.keys``) or a Django session, and need the same permissions as the
+see ``delayjobs.api_keys``) or a Django session, and need the same permissions as the
 admin's actions. ``openapi.json`` under the mount point describes every endpoint.
 
 Layer 7 (interfaces): it uses only the public API (``delayjobs.api``, ``spec``, models)

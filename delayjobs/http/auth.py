@@ -19,7 +19,7 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse
 from django.middleware.csrf import CsrfViewMiddleware
 
-from delayjobs.http import keys
+from delayjobs import api_keys as keys
 from delayjobs.http.errors import ApiError
 from delayjobs.models import ApiKey
 

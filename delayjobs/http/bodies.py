@@ -21,9 +21,15 @@ from delayjobs.http.field_types import (
     seconds_between,
 )
 from delayjobs.http.fields import Body, Field, ListOf
+from delayjobs.jobtypes import registry
 from delayjobs.models import DelayedJob
-from delayjobs.spec.jobtypes import MAX_LATENESS, MIN_LATENESS, QUEUE_PATTERN, registry
-from delayjobs.spec.validation import KEY_MAX_LENGTH, MAX_ATTEMPTS_LIMIT
+from delayjobs.validation import (
+    KEY_MAX_LENGTH,
+    MAX_ATTEMPTS_LIMIT,
+    MAX_LATENESS,
+    MIN_LATENESS,
+    QUEUE_PATTERN,
+)
 
 #: Jobs one bulk request may schedule: one transaction holds them all.
 MAX_BULK_JOBS = 1000

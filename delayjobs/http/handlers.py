@@ -18,8 +18,8 @@ from delayjobs.http.audit import audit, audit_scheduled
 from delayjobs.http.call import MAX_ID, Call, Reply
 from delayjobs.http.errors import ApiError
 from delayjobs.http.serialize import iso, job_json
+from delayjobs.jobtypes import registry
 from delayjobs.models import DelayedJob, JobStatus, jobs_database
-from delayjobs.spec.jobtypes import registry
 
 # Handlers ---------------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ from delayjobs.conf import settings as conf
 from delayjobs.http.errors import ApiError
 from delayjobs.http.invalid import not_an_object
 from delayjobs.http.operation import Operation
-from delayjobs.spec.payload import nesting_depth
+from delayjobs.payload import nesting_depth
 
 JSON_CONTENT_TYPE = "application/json"
 

@@ -35,7 +35,7 @@ from delayjobs.http.openapi import OPERATIONS
 from delayjobs.http.operation import Operation, describe_permissions
 from delayjobs.http.reading import read_body
 from delayjobs.models import jobs_database
-from delayjobs.spec.validation import SPEC_FIELDS
+from delayjobs.validation import SPEC_FIELDS
 
 #: "specs[3]: ..." in schedule_many()'s messages is "jobs[3]" in the bulk request.
 SPEC_INDEX = re.compile(r"^specs\[(\d+)\]: ")

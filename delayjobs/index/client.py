@@ -4,7 +4,6 @@ taken from a django-redis cache, and forgotten when those settings change.
 
 from __future__ import annotations
 
-import re
 import threading
 from typing import Any
 
@@ -14,7 +13,7 @@ from django.dispatch import receiver
 from redis.cluster import RedisCluster
 from redis.exceptions import RedisClusterException
 
-from delayjobs.conf import settings
+from delayjobs.conf import mask_url, settings
 
 #: What ``get_client()`` returns: a client of one server, or of a Redis Cluster.
 Client = redis.Redis | RedisCluster
@@ -80,32 +79,6 @@ def describe_target() -> str:
     if settings.REDIS_CLUSTER:
         return f"Redis Cluster at {mask_url(target)}"
     return mask_url(target)
-
-
-#: Query parameters that carry a secret: redis-py reads ``password`` from the query string
-#: and hands the others to the connection as they are (``ssl_password``: the key file's).
-_SECRET_PARAMETER = re.compile(r"([?&][^=&#]*password=)[^&#]*", re.IGNORECASE)
-
-
-def mask_url(url: str) -> str:
-    """``url`` with every password replaced by ``***``, for logs and error messages.
-
-    Masks the credentials and any query parameter whose name ends in ``password``. Errs
-    on the side of hiding: everything before the last ``@`` counts as credentials (a
-    password may hold a raw ``/``, ``?`` or ``#`` that a URL parser would cut it at), and
-    a string that is not quite a URL (``redis:/:pw@host``) is masked all the same.
-    """
-    url = _SECRET_PARAMETER.sub(r"\1***", url)
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        scheme, rest = "", url
-    if "@" not in rest:
-        return url
-    credentials, _, host = rest.rpartition("@")
-    user, colon, _password = credentials.partition(":")
-    # Without a colon the one token may be a password written as a user name: hide it.
-    shown = f"{user}:***" if colon else "***"
-    return f"{scheme}{sep}{shown}@{host}"
 
 
 class ClusterUnreachable(redis.ConnectionError):

@@ -18,9 +18,9 @@ from django.db import transaction
 from django.dispatch import receiver
 
 from delayjobs.conf import settings
-from delayjobs.core.lanes import IndexEntry
 from delayjobs.index.client import describe_target
 from delayjobs.index.store import get_store
+from delayjobs.lanes import IndexEntry
 
 # The old path: users' LOGGING names it.
 logger = logging.getLogger("delayjobs.handoff")

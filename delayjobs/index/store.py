@@ -19,9 +19,9 @@ import redis
 from redis.cluster import RedisCluster
 from redis.exceptions import RedisClusterException
 
-from delayjobs.core.lanes import IndexEntry
 from delayjobs.index.client import Client, ClusterUnreachable, get_client
 from delayjobs.index.keys import control_channel, due_key, preload_lock_key, wake_channel
+from delayjobs.lanes import IndexEntry
 
 P = ParamSpec("P")
 R = TypeVar("R")

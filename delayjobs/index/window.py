@@ -1,7 +1,8 @@
 """Loading the window: every scheduled job due soon, from the rows into the Redis index.
 
-Used by the pre-loader's pass and by resume() (the jobs of a queue or job type that come
-back). Its own module so that ``pauses`` and the pre-loader both import it, downward.
+Used by the pre-loader's pass, by a consumer back from Redis-down mode, and by resume()
+(the jobs of a queue or job type that come back). The callers say which jobs are paused,
+so that this module, below ``delayjobs.pauses``, need not import it.
 """
 
 from __future__ import annotations
@@ -11,18 +12,22 @@ from datetime import datetime
 from django.db.models import Q
 
 from delayjobs.conf import settings
-from delayjobs.core.paused import paused
 from delayjobs.index.store import RedisStore
+from delayjobs.lanes import index_entry
 from delayjobs.models import DelayedJob
-from delayjobs.transitions.lanes import index_entry
 
 
-def load_window(store: RedisStore, horizon: datetime, *, only: Q | None = None) -> int:
+def load_window(
+    store: RedisStore, horizon: datetime, *, leave_out: Q, only: Q | None = None
+) -> int:
     """Add every scheduled job due before ``horizon`` (and matching ``only``) to Redis,
-    batch by batch. Paused queues and job types are left out: no consumer would take them.
+    batch by batch, except those matching ``leave_out``: the paused ones
+    (``delayjobs.pauses.paused().matching()``), which no consumer would take.
     """
     batch_size = settings.PRELOAD_BATCH_SIZE
-    rows = paused().exclude_from(DelayedJob.objects.due_before(horizon))
+    rows = DelayedJob.objects.due_before(horizon)
+    if leave_out:
+        rows = rows.exclude(leave_out)
     if only is not None:
         rows = rows.filter(only)
     rows = rows.order_by("run_at", "id")

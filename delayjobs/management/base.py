@@ -17,13 +17,13 @@ from typing import Any, TextIO, TypeVar
 
 from django.core.management.base import BaseCommand, CommandError, OutputWrapper
 
-from delayjobs.api import pauses, schedules
-from delayjobs.checks import MAX_CONCURRENCY
-from delayjobs.conf import EXECUTORS
+from delayjobs import pauses
+from delayjobs.conf import EXECUTORS, MAX_CONCURRENCY
 from delayjobs.core.db import max_length
 from delayjobs.exceptions import InvalidJob
 from delayjobs.models import ACTIVE_STATUSES, DelayedJob, JobStatus, Schedule
-from delayjobs.spec.jobtypes import QUEUE_PATTERN
+from delayjobs.names import QUEUE_RULE, is_queue
+from delayjobs.recurring.definitions import pause_schedule, resume_schedule, sync_code_schedules
 
 LEVELS = {0: logging.ERROR, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
 WORKER_ID_MAX_LENGTH = max_length(DelayedJob, "worker_id")
@@ -53,10 +53,9 @@ def concurrency(value: object) -> int:
 
 def queue_name(value: object) -> str:
     """--queue: a queue name as schedule() accepts it."""
-    # fullmatch: the pattern's "$" would also match before a trailing newline.
-    if not isinstance(value, str) or not QUEUE_PATTERN.fullmatch(value):
-        raise ArgumentTypeError("use 1-100 letters, digits and '_.-'")
-    return value
+    if not is_queue(value):
+        raise ArgumentTypeError(f"use {QUEUE_RULE}")
+    return str(value)
 
 
 def worker_id(value: object) -> str:
@@ -258,21 +257,21 @@ class PauseCommand(BaseCommand):
     def _schedule(self, name: object) -> None:
         if not isinstance(name, str) or not name:
             raise CommandError(f"--schedule: give a schedule's name, got {shown(name)}.")
-        problems = schedules.sync_code_schedules()  # a code schedule before any pass
+        problems = sync_code_schedules()  # a code schedule before any pass
         row = Schedule.objects.filter(name=name).first()
         if row is None:
             known = ", ".join(Schedule.objects.values_list("name", flat=True)) or "none"
             raise CommandError(f"No schedule named {shown(name)}. Schedules: {known}.")
         was_enabled = row.enabled
         if self.resume:
-            schedules.resume_schedule(row)
+            resume_schedule(row)
             self.stdout.write(
                 f"Resumed schedule {name}: it ticks again from its next tick."
                 if not was_enabled
                 else f"Schedule {name} was not paused: nothing changed."
             )
         else:
-            schedules.pause_schedule(row, by="manage.py")
+            pause_schedule(row, by="manage.py")
             self.stdout.write(
                 f"Paused schedule {name}: no tick makes a job, and the jobs of its coming "
                 f"ticks are cancelled, until resume_delay_jobs --schedule {name}."

@@ -1,4 +1,4 @@
-"""The app's models (layer 0, foundation): the job rows in ``jobs``, the control rows
+"""The app's models (foundation): the job rows in ``jobs``, the control rows
 (pauses, consumers, API keys) in ``control``, recurring schedules in ``schedules``. Django
 loads them from this package; the documented paths are ``delayjobs.models.<Name>``, and
 migration 0001 names ``delayjobs.models.new_trace_id``.
@@ -8,6 +8,8 @@ from delayjobs.models.control import ApiKey, Consumer, Pause, PauseKind
 from delayjobs.models.jobs import (
     ACTIVE_STATUSES,
     FINAL_STATUSES,
+    PRIORITY_MAX,
+    PRIORITY_MIN,
     RETRYABLE_STATUSES,
     AttemptOutcome,
     DelayedJob,
@@ -23,6 +25,8 @@ from delayjobs.models.schedules import MisfirePolicy, Schedule, ScheduleSource
 __all__ = [
     "ACTIVE_STATUSES",
     "FINAL_STATUSES",
+    "PRIORITY_MAX",
+    "PRIORITY_MIN",
     "RETRYABLE_STATUSES",
     "ApiKey",
     "AttemptOutcome",

@@ -17,6 +17,8 @@ from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from delayjobs.names import NAME_MAX_LENGTH, QUEUE_MAX_LENGTH
+
 
 class JobStatus(models.TextChoices):
     SCHEDULED = "scheduled", _("scheduled")
@@ -42,6 +44,10 @@ FINAL_STATUSES = (
 ACTIVE_STATUSES = (JobStatus.SCHEDULED, JobStatus.RUNNING)
 #: Statuses from which ``retry()`` runs a job again.
 RETRYABLE_STATUSES = FINAL_STATUSES
+#: A job's priority (higher starts first among jobs due together): the bounds the job spec
+#: checks (``delayjobs.validation.check_priority``) and the table's constraint holds.
+PRIORITY_MIN = -100
+PRIORITY_MAX = 100
 
 
 def new_trace_id() -> str:
@@ -90,8 +96,8 @@ class DelayedJobQuerySet(models.QuerySet["DelayedJob"]):
 
 
 class DelayedJob(models.Model):
-    job_type = models.CharField(_("job type"), max_length=200)
-    queue = models.CharField(_("queue"), max_length=100, default="default")
+    job_type = models.CharField(_("job type"), max_length=NAME_MAX_LENGTH)
+    queue = models.CharField(_("queue"), max_length=QUEUE_MAX_LENGTH, default="default")
     payload = models.JSONField(_("payload"), default=dict, blank=True)
     run_at = models.DateTimeField(_("run at"), help_text=_("When the job is due."))
     status = models.CharField(
@@ -191,7 +197,7 @@ class DelayedJob(models.Model):
                 name="delayjobs_max_attempts_positive",
             ),
             models.CheckConstraint(
-                condition=Q(priority__gte=-100, priority__lte=100),
+                condition=Q(priority__gte=PRIORITY_MIN, priority__lte=PRIORITY_MAX),
                 name="delayjobs_priority_range",
             ),
         ]

@@ -1,7 +1,8 @@
 """Every status change of a job, in one place: the state machine of
-docs/explanation/lifecycle.md. Layer 2 (state): imports the foundation (``delayjobs.core``,
-models, exceptions) and the job types only, never Redis; the transitions that make jobs
-due again return index entries (``core.lanes``) for the caller to hand to the index.
+docs/explanation/lifecycle.md. Imports the foundation (``delayjobs.core``, models,
+exceptions) and the definitions (job types, lanes) only, never Redis; the transitions that
+make jobs due again return index entries (``delayjobs.lanes``) for the caller to hand to
+the index.
 """
 
 from delayjobs.transitions.changes import cancel, move, retry

@@ -12,10 +12,9 @@ from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from delayjobs.core.lanes import IndexEntry
 from delayjobs.exceptions import DuplicateJob, InvalidTransition
+from delayjobs.lanes import IndexEntry, index_entry
 from delayjobs.models import RETRYABLE_STATUSES, DelayedJob, JobStatus, jobs_database
-from delayjobs.transitions.lanes import index_entry
 
 
 def cancel(jobs: QuerySet[DelayedJob]) -> list[IndexEntry]:

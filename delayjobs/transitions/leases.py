@@ -15,10 +15,9 @@ from django.db import connections, transaction
 from django.db.models import F, Q, QuerySet
 
 from delayjobs.core import clock, metrics
-from delayjobs.core.lanes import IndexEntry
 from delayjobs.core.logfields import job_fields
+from delayjobs.lanes import IndexEntry, index_entry
 from delayjobs.models import AttemptOutcome, DelayedJob, JobAttempt, JobStatus, jobs_database
-from delayjobs.transitions.lanes import index_entry
 
 # The old module's name: users' LOGGING names it.
 logger = logging.getLogger("delayjobs.transitions")

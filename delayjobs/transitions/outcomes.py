@@ -16,10 +16,9 @@ from django.db.models import DateTimeField, Value
 from django.db.models.expressions import RawSQL
 
 from delayjobs.core import clock
-from delayjobs.core.lanes import IndexEntry
+from delayjobs.lanes import IndexEntry, index_entry
 from delayjobs.models import AttemptOutcome, DelayedJob, JobStatus, jobs_database
 from delayjobs.transitions.bulk import insert_attempts
-from delayjobs.transitions.lanes import index_entry
 from delayjobs.transitions.leases import running_claim, running_claims
 
 

@@ -3,10 +3,11 @@
 Writes Markdown into ``reference/_generated/`` (included by the reference pages) before
 Sphinx reads any page:
 
-- ``settings.md``: every key of ``delayjobs.conf.DEFAULTS``, its default, and the comment
-  written above it in ``delayjobs/conf.py``;
+- ``settings.md``: every row of ``delayjobs.conf.SETTINGS``: its default, its values and
+  what it does;
 - ``commands.md``: every management command of delayjobs, from its own argparse parser;
-- ``checks.md``: every system check id found in the package's source, with its messages;
+- ``checks.md``: every system check id found in the package's source, with its messages,
+  and those of the settings table (one per setting);
 - ``http-api.md`` and ``extra/openapi.json``: the HTTP API's OpenAPI document, rendered;
 
 and fails the build if a signal of ``delayjobs.signals`` is missing from its page.
@@ -15,10 +16,8 @@ and fails the build if a signal of ``delayjobs.signals`` is missing from its pag
 from __future__ import annotations
 
 import ast
-import io
 import json
 import re
-import tokenize
 from collections import defaultdict
 from datetime import timedelta
 from pathlib import Path
@@ -76,48 +75,26 @@ def cell(text: str) -> str:
 
 
 def settings_reference() -> str:
-    from delayjobs.conf import DEFAULTS
+    """One row per row of ``delayjobs.conf.SETTINGS``: the table the code reads them by."""
+    from delayjobs.conf import SETTINGS
 
-    comments = setting_comments(PACKAGE / "conf.py")
-    rows = ["| setting | default | what it does |", "| --- | --- | --- |"]
-    for name, default in DEFAULTS.items():
-        if name not in comments:
-            raise ExtensionError(f"delayjobs/conf.py: DEFAULTS[{name!r}] has no comment")
-        rows.append(f"| `{name}` | `{show_default(default)}` | {cell(comments[name])} |")
+    rows = [
+        "| setting | default | values | what it does |",
+        "| --- | --- | --- | --- |",
+    ]
+    for setting in SETTINGS:
+        rows.append(
+            f"| `{setting.name}` | `{show_default(setting.default)}` "
+            f"| {cell(setting.kind.expected())} | {cell(setting.doc)} |"
+        )
     return "\n".join(rows) + "\n"
-
-
-def setting_comments(path: Path) -> dict[str, str]:
-    """The comment block above each key of DEFAULTS (a block may describe several keys)."""
-    source = path.read_text()
-    comments: dict[int, str] = {}
-    for token in tokenize.generate_tokens(io.StringIO(source).readline):
-        if token.type == tokenize.COMMENT:
-            comments[token.start[0]] = token.string.lstrip("#").strip()
-    tree = ast.parse(source)
-    defaults = next(
-        node.value
-        for node in ast.walk(tree)
-        if isinstance(node, ast.AnnAssign | ast.Assign)
-        and "DEFAULTS" in ast.unparse(node.targets[0] if isinstance(node, ast.Assign) else node)
-        and isinstance(node.value, ast.Dict)
-    )
-    found: dict[str, str] = {}
-    last = ""
-    for key in defaults.keys:
-        assert isinstance(key, ast.Constant)
-        line, block = key.lineno - 1, []
-        while line in comments:
-            block.insert(0, comments[line])
-            line -= 1
-        last = " ".join(block) or last  # keys under one comment share it
-        found[key.value] = last
-    return found
 
 
 def show_default(value: Any) -> str:
     if isinstance(value, timedelta):
         seconds = value.total_seconds()
+        if seconds >= 86400:
+            return f"{value.days} days"
         return f"{seconds:g} s" if seconds < 60 else f"{seconds / 60:g} min"
     return repr(value)
 
@@ -159,11 +136,20 @@ def describe(action: Any) -> str:
 
 
 def checks_reference() -> str:
+    from delayjobs.conf import SETTINGS
+
     messages: dict[str, list[tuple[str, str, str, str]]] = defaultdict(list)
+    hints: dict[str, str] = {}
+    for setting in SETTINGS:
+        message = f"DELAYJOBS['{setting.name}'] must be {setting.kind.expected()}; got …."
+        messages[setting.check_id].append(("Error", message, setting.hint, "delayjobs.conf"))
+        hints.setdefault(setting.check_id, setting.hint)
     for path in sorted(PACKAGE.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if found := check_call(node):
                 check_id, level, message, hint = found
+                if hint == "…":  # a check of settings together gives its row's hint
+                    hint = hints.get(check_id, hint)
                 module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
                 messages[check_id].append((level, message, hint, module))
     if not messages:

@@ -24,7 +24,7 @@ from django.contrib.auth.models import Permission, User
 from django.utils import timezone
 
 import delayjobs
-from delayjobs.api import pauses
+from delayjobs import pauses
 from delayjobs.models import Consumer, DelayedJob, JobStatus
 from tests.browser.conftest import ASYNC_UNSAFE
 from tests.conftest import ConsumerFactory, ConsumerProcess

@@ -22,9 +22,9 @@ from zoneinfo import ZoneInfo
 import pytest
 from django.utils import timezone
 
-from delayjobs.api.schedules import add_schedule, next_ticks, sync_code_schedules
-from delayjobs.engine.recurring import materialise_schedules
 from delayjobs.models import DelayedJob, JobStatus, Schedule, ScheduleSource
+from delayjobs.recurring.definitions import add_schedule, next_ticks, sync_code_schedules
+from delayjobs.recurring.ticks import materialise_schedules
 from tests.browser.test_browser import log_in, staff_user
 from tests.support import schedules as schedule_types
 from tests.support.schedules import Nightly, Ticking

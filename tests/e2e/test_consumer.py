@@ -387,7 +387,7 @@ def test_cli_refuses_a_bad_queue_name() -> None:
     ("args", "message"),
     [
         (["--concurrency", "0"], "argument --concurrency: must be at least 1, got 0"),
-        (["--queue", "bad queue!"], "--queue 'bad queue!': use 1-100 letters"),
+        (["--queue", "bad queue!"], "--queue 'bad queue!': use 1-100 characters of letters"),
     ],
 )
 def test_cli_refusals_exit_nonzero_with_the_reason(

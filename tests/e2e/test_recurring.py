@@ -21,11 +21,11 @@ from datetime import datetime, timedelta
 import pytest
 from django.db import connection
 
-from delayjobs.api.schedules import tick_key
 from delayjobs.conf import settings
 from delayjobs.core import clock
 from delayjobs.models import DelayedJob, JobAttempt, JobStatus, Schedule
-from delayjobs.spec.recurrence import Every
+from delayjobs.recurring.definitions import tick_key
+from delayjobs.recurring.rules import Every
 from tests.conftest import ConsumerFactory, ConsumerProcess
 from tests.consumers import ACTIVE, check_alive
 from tests.models import Execution

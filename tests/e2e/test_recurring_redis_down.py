@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from delayjobs.api.schedules import tick_key
 from delayjobs.core import clock
 from delayjobs.models import DelayedJob, JobStatus, Schedule
+from delayjobs.recurring.definitions import tick_key
 from tests.conftest import ConsumerFactory, ConsumerProcess
 from tests.consumers import Outage, check_alive
 from tests.models import Execution

@@ -59,7 +59,7 @@ def schedule(request: dict[str, Any]) -> dict[str, Any]:
     cancelled = cancel_some(ids, int(request.get("cancel", 0)), request.get("cancel_margin", 1.0))
     paused_at = None
     if request.get("then_pause"):
-        from delayjobs.api import pauses
+        from delayjobs import pauses
 
         pauses.pause(queue=request["then_pause"])
         paused_at = time.time()
@@ -104,7 +104,7 @@ def main() -> int:
     if request["action"] == "schedule":
         answer = schedule(request)
     elif request["action"] in ("pause", "resume"):
-        from delayjobs.api import pauses
+        from delayjobs import pauses
 
         change = pauses.pause if request["action"] == "pause" else pauses.resume
         answer = {"changed": change(queue=request["queue"]), "at": time.time()}

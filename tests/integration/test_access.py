@@ -36,14 +36,15 @@ from django.utils import timezone
 import delayjobs
 from delayjobs.apps import JOB_TYPES_MODULE
 from delayjobs.checks import check_settings
+from delayjobs.conf import mask_url
 from delayjobs.engine import preloader
 from delayjobs.engine.consumer import Consumer
 from delayjobs.exceptions import UnknownJobType
-from delayjobs.index.client import describe_target, mask_url
+from delayjobs.index.client import describe_target
 from delayjobs.index.keys import due_key, preload_lock_key, wake_channel
 from delayjobs.index.store import RedisStore, get_store
+from delayjobs.jobtypes import registry
 from delayjobs.models import DelayedJob, JobAttempt, JobStatus
-from delayjobs.spec.jobtypes import registry
 from sampleproject.services import RedisServer, redis_ping
 from tests.conftest import REPO_ROOT, ConsumerFactory, subprocess_env
 from tests.integration.test_admin import changelist_url, make_job, staff_client

@@ -23,7 +23,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 import delayjobs
-from delayjobs.api import pauses
+from delayjobs import pauses
 from delayjobs.models import (
     RETRYABLE_STATUSES,
     AttemptOutcome,

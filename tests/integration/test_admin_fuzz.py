@@ -22,8 +22,8 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 
 from delayjobs.conf import settings as conf
+from delayjobs.jobtypes import registry
 from delayjobs.models import ApiKey, DelayedJob, JobAttempt, Pause
-from delayjobs.spec.jobtypes import registry
 from tests.integration.test_admin import CHANGELIST, make_job
 from tests.utils import fuzz_settings
 

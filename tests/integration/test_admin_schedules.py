@@ -24,16 +24,16 @@ from django.utils import timezone
 
 import delayjobs
 from delayjobs.admin.schedule_columns import format_ticks
-from delayjobs.api.schedules import (
+from delayjobs.jobtypes import registry
+from delayjobs.models import DelayedJob, JobStatus, Schedule, ScheduleSource, jobs_database
+from delayjobs.recurring.definitions import (
     add_schedule,
     next_ticks,
     recurrence_of,
     sync_code_schedules,
     tick_key,
 )
-from delayjobs.engine.recurring import materialise_schedules
-from delayjobs.models import DelayedJob, JobStatus, Schedule, ScheduleSource, jobs_database
-from delayjobs.spec.jobtypes import registry
+from delayjobs.recurring.ticks import materialise_schedules
 from tests.integration.test_admin import Containing, message_texts, staff_client
 from tests.support import schedules as schedule_types
 from tests.support.schedules import Nightly, Ticking

@@ -225,7 +225,7 @@ def test_max_attempts_defaults_to_the_job_types_and_can_be_overridden():
 
 
 def test_schedule_accepts_the_registered_class_or_its_instance():
-    from delayjobs.spec.jobtypes import registry
+    from delayjobs.jobtypes import registry
 
     by_class = delayjobs.schedule(Noop)
     by_instance = delayjobs.schedule(registry.get("tests.noop"))

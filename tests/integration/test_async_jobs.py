@@ -25,8 +25,8 @@ from delayjobs import transitions
 from delayjobs.engine.consumer import Consumer
 from delayjobs.engine.execution import run_claimed
 from delayjobs.engine.workers import WorkerThreads
+from delayjobs.jobtypes import registry, validate_job_type_class
 from delayjobs.models import AttemptOutcome, DelayedJob, JobAttempt, JobStatus
-from delayjobs.spec.jobtypes import registry, validate_job_type_class
 from tests.consumers import statuses, wait_final
 from tests.delay_jobs import AsyncScripted, Scripted
 from tests.models import Execution

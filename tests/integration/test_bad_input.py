@@ -31,11 +31,11 @@ from hypothesis import strategies as st
 
 import delayjobs
 from delayjobs import DuplicateJob, InvalidJob, InvalidTransition, JobNotFound, UnknownJobType
-from delayjobs.checks import MAX_CONCURRENCY, MAX_DURATION, MAX_TIMEOUT_SECONDS, check_settings
-from delayjobs.conf import DEFAULTS
+from delayjobs.checks import check_settings
+from delayjobs.conf import DEFAULTS, MAX_CONCURRENCY, MAX_DURATION, MAX_TIMEOUT_SECONDS
+from delayjobs.jobtypes import MAX_LATENESS, MIN_LATENESS, registry
 from delayjobs.models import AttemptOutcome, DelayedJob, JobAttempt, JobStatus
-from delayjobs.spec.jobtypes import MAX_LATENESS, MIN_LATENESS, registry
-from delayjobs.spec.validation import KEY_MAX_LENGTH, MAX_ATTEMPTS_LIMIT, SPEC_FIELDS
+from delayjobs.validation import KEY_MAX_LENGTH, MAX_ATTEMPTS_LIMIT, SPEC_FIELDS
 from sampleproject.meetings.models import Room
 
 pytestmark = pytest.mark.django_db
@@ -783,7 +783,7 @@ def test_consumer_refuses_a_bad_concurrency_from_call_command(redis_client, valu
 def test_consumer_refuses_a_bad_concurrency_setting(redis_client, value):
     # call_command skips the system checks, which would have reported it (E007).
     with override_settings(DELAYJOBS={**django_settings.DELAYJOBS, "CONCURRENCY": value}):
-        assert_refused(consume, CommandError, "DELAYJOBS['CONCURRENCY']: must be", redis_client)
+        assert_refused(consume, CommandError, "DELAYJOBS['CONCURRENCY'] must be", redis_client)
 
 
 BAD_QUEUES = st.sampled_from(["", "a b", "q" * 101, "default\n", "x{y}"]) | st.text(
@@ -801,7 +801,7 @@ def test_consumer_refuses_a_bad_queue_or_worker_id(redis_client, data):
     option, strategy, says = data.draw(
         st.sampled_from(
             [
-                ("--queue", BAD_QUEUES, "use 1-100 letters, digits and '_.-'"),
+                ("--queue", BAD_QUEUES, "use 1-100 characters of letters, digits and '_.-'"),
                 ("--worker-id", BAD_WORKER_IDS, "use 1-255 printable characters"),
             ]
         )

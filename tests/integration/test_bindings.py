@@ -28,8 +28,8 @@ from django.utils import timezone
 import delayjobs
 from delayjobs.bindings import BEFORE_ATTR, SIGNALS, Binding, check_bindings
 from delayjobs.index.store import RedisStore
+from delayjobs.jobtypes import registry
 from delayjobs.models import DelayedJob, JobStatus
-from delayjobs.spec.jobtypes import registry
 from sampleproject.common import SavedWithJobs
 from tests.models import Appointment, AppointmentProxy, Coded, RoomAppointment
 

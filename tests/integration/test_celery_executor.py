@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 import redis
 from django.conf import settings as django_settings
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management import CommandError, call_command
 from django.db import connection
 from django.test import override_settings
@@ -33,8 +34,8 @@ from delayjobs.checks import check_settings
 from delayjobs.contrib.celery.worker import run_dispatched
 from delayjobs.engine.consumer import Consumer
 from delayjobs.index.keys import due_key
+from delayjobs.jobtypes import registry
 from delayjobs.models import AttemptOutcome, DelayedJob, JobAttempt, JobStatus
-from delayjobs.spec.jobtypes import registry
 from tests.conftest import REPO_ROOT, ConsumerFactory, ConsumerProcess, subprocess_env
 from tests.consumers import Outage, statuses, wait_final, wait_output
 from tests.models import Execution
@@ -465,8 +466,9 @@ def test_the_executor_is_checked_on_the_command_line_and_in_settings() -> None:
         call_command("run_delay_consumer", executor="thread")
     with override_settings(DELAYJOBS={"EXECUTOR": "threads"}):
         (error,) = [m for m in check_settings() if m.id == "delayjobs.E013"]
-        assert "must be one of 'local', 'celery', got 'threads'" in error.msg
-        # A consumer built without the checks falls back to the default, like any setting.
-        assert Consumer(burst=True).executor == "local"
+        assert "must be one of 'local', 'celery'; got 'threads'" in error.msg
+        # A consumer built without the checks reads the setting by the same rule.
+        with pytest.raises(ImproperlyConfigured, match=r"DELAYJOBS\['EXECUTOR'\] must be one of"):
+            Consumer(burst=True)
     with pytest.raises(ValueError, match="executor must be one of"):
         Consumer(burst=True, executor="thread")

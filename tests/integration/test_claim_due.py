@@ -11,8 +11,8 @@ from django.utils import timezone
 import delayjobs
 from delayjobs import transitions
 from delayjobs.engine.slots import Slots
+from delayjobs.jobtypes import registry
 from delayjobs.models import DelayedJob, JobStatus
-from delayjobs.spec.jobtypes import registry
 from delayjobs.transitions import Candidate
 from tests.utils import row_locked
 

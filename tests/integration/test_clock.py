@@ -1,4 +1,4 @@
-"""The one clock (delayjobs.clock): the database server's, kept by the monotonic clock."""
+"""The one clock (delayjobs.core.clock): the database server's, kept by the monotonic clock."""
 
 from __future__ import annotations
 

@@ -14,10 +14,10 @@ from django.utils import timezone
 
 import delayjobs
 from delayjobs.api import stats
-from delayjobs.api.schedules import tick_key
 from delayjobs.core import display
 from delayjobs.management.commands import prune_delay_jobs
 from delayjobs.models import AttemptOutcome, DelayedJob, JobAttempt, JobStatus, Pause, Schedule
+from delayjobs.recurring.definitions import tick_key
 from tests.integration.test_stats import attempt, build_known, make_job, pinned  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.django_db
@@ -344,7 +344,7 @@ def test_pause_and_resume_a_job_type():
     [
         ([], {}, "one of the arguments --queue --job-type --schedule is required"),
         (["--queue", "a", "--job-type", "tests.noop"], {}, "not allowed with argument"),
-        (["--queue", "a b"], {}, "use 1-100 letters, digits and '_.-'"),
+        (["--queue", "a b"], {}, "use 1-100 characters of letters, digits and '_.-'"),
         ([], {"queue": "a", "job_type": "tests.noop"}, "not allowed with argument"),
         ([], {"job_type": 7}, "--job-type: give a job type's name, got 7"),
     ],

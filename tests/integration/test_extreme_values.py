@@ -18,13 +18,12 @@ from django.utils import timezone
 
 import delayjobs
 from delayjobs import transitions
-from delayjobs.core.lanes import LANE_SEPARATOR
-from delayjobs.engine.claims import PauseView
+from delayjobs.engine.claimer import PauseView
 from delayjobs.engine.consumer import Consumer
-from delayjobs.index.keys import lanes
 from delayjobs.index.store import RedisStore
+from delayjobs.jobtypes import registry
+from delayjobs.lanes import LANE_SEPARATOR, lanes
 from delayjobs.models import DelayedJob, JobStatus
-from delayjobs.spec.jobtypes import registry
 from delayjobs.transitions import Outcome
 
 QUEUE = "extreme"

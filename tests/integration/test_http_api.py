@@ -37,14 +37,14 @@ from jsonschema import Draft202012Validator
 from openapi_spec_validator import validate as validate_openapi
 
 import delayjobs
-from delayjobs.http import keys
+from delayjobs import api_keys as keys
 from delayjobs.http.bodies import MAX_BULK_JOBS
 from delayjobs.http.listing import MAX_LIMIT
 from delayjobs.http.openapi import OPERATIONS, build_document, openapi_path
 from delayjobs.http.operation import MAX_BODY_BYTES
 from delayjobs.http.views import Endpoint, NotFound
+from delayjobs.jobtypes import registry
 from delayjobs.models import ApiKey, AttemptOutcome, DelayedJob, JobAttempt, JobStatus
-from delayjobs.spec.jobtypes import registry
 from sampleproject.meetings.models import Room
 from tests.conftest import ConsumerFactory
 from tests.integration.test_admin import make_job

@@ -26,8 +26,8 @@ def test_without_django_ninja_the_api_names_the_http_extra(
     with pytest.raises(ImproperlyConfigured, match=r"django-delayjobs\[http\]"):
         importlib.import_module("delayjobs.http.urls")
     # Keys are made and checked without it.
-    monkeypatch.delitem(sys.modules, "delayjobs.http.keys", raising=False)
-    importlib.import_module("delayjobs.http.keys")
+    monkeypatch.delitem(sys.modules, "delayjobs.api_keys", raising=False)
+    importlib.import_module("delayjobs.api_keys")
 
 
 @pytest.mark.django_db

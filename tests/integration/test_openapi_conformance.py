@@ -22,11 +22,11 @@ from django.db import close_old_connections
 from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
 
+from delayjobs import api_keys as keys
 from delayjobs.conf import settings as conf
-from delayjobs.http import keys
 from delayjobs.http.field_types import DATE_TIME_PATTERN, digits_between
+from delayjobs.jobtypes import registry
 from delayjobs.models import DelayedJob
-from delayjobs.spec.jobtypes import registry
 from tests.utils import fuzz_settings
 
 pytestmark = pytest.mark.django_db

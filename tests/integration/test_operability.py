@@ -12,8 +12,7 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 
 import delayjobs
-from delayjobs import signals
-from delayjobs.api import pauses
+from delayjobs import pauses, signals
 from delayjobs.engine.consumer import Consumer as ConsumerLoop
 from delayjobs.exceptions import InvalidJob, UnknownJobType
 from delayjobs.index.keys import due_key
@@ -201,7 +200,7 @@ def test_pause_and_resume_validate_their_target() -> None:
 @pytest.mark.parametrize("target", [{"job_type": "tests.scripted"}, {"queue": "default"}])
 def test_the_claim_itself_refuses_paused_work(target: dict[str, str]) -> None:
     """Whatever a consumer believes is paused, the claim reads the pauses itself."""
-    from delayjobs.spec.jobtypes import registry
+    from delayjobs.jobtypes import registry
     from delayjobs.transitions import claim
 
     due = delayjobs.schedule("tests.scripted", run_at=timezone.now() - timedelta(seconds=1))

@@ -23,8 +23,8 @@ import delayjobs
 from delayjobs import signals, transitions
 from delayjobs.api import stats
 from delayjobs.engine.execution import run_claimed, signal_outcome
+from delayjobs.jobtypes import registry, validate_job_type_class
 from delayjobs.models import AttemptOutcome, DelayedJob, JobAttempt, JobStatus
-from delayjobs.spec.jobtypes import registry, validate_job_type_class
 from tests.conftest import ConsumerFactory
 from tests.consumers import wait_final
 from tests.models import Execution

@@ -10,8 +10,8 @@ from django.utils import timezone
 
 import delayjobs
 from delayjobs.engine.recorder import Recorder
+from delayjobs.jobtypes import registry
 from delayjobs.models import AttemptOutcome, DelayedJob, JobAttempt, JobStatus
-from delayjobs.spec.jobtypes import registry
 from delayjobs.transitions import Outcome, claim
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -21,20 +21,20 @@ from django.db import connections
 
 import delayjobs
 from delayjobs import transitions
-from delayjobs.api.schedules import (
+from delayjobs.core import clock
+from delayjobs.engine.execution import run_claimed
+from delayjobs.exceptions import InvalidJob
+from delayjobs.jobtypes import registry
+from delayjobs.models import AttemptOutcome, DelayedJob, JobAttempt, JobStatus, Schedule
+from delayjobs.recurring.definitions import (
     next_ticks,
     recent_jobs,
     restart_ticks,
     sync_code_schedules,
     tick_key,
 )
-from delayjobs.core import clock
-from delayjobs.engine.execution import run_claimed
-from delayjobs.engine.recurring import TICKS_PER_PASS, materialise_schedules, runs_though_late
-from delayjobs.exceptions import InvalidJob
-from delayjobs.models import AttemptOutcome, DelayedJob, JobAttempt, JobStatus, Schedule
-from delayjobs.spec.jobtypes import registry
-from delayjobs.spec.recurrence import Cron, Every
+from delayjobs.recurring.rules import Cron, Every
+from delayjobs.recurring.ticks import TICKS_PER_PASS, materialise_schedules, runs_though_late
 from delayjobs.transitions import Outcome
 from tests.models import Execution
 from tests.utils import wait_for

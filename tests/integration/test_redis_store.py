@@ -9,10 +9,11 @@ import redis
 from django.conf import settings as django_settings
 
 import delayjobs
-from delayjobs.index.client import describe_target, mask_url
-from delayjobs.index.keys import due_key, lanes, preload_lock_key, wake_channel
+from delayjobs.conf import mask_url
+from delayjobs.index.client import describe_target
+from delayjobs.index.keys import due_key, preload_lock_key, wake_channel
 from delayjobs.index.store import RedisStore, get_store
-from delayjobs.transitions.lanes import lane
+from delayjobs.lanes import lane, lanes
 from tests.utils import wait_for
 
 

@@ -43,8 +43,8 @@ from django.utils import timezone
 import delayjobs
 from delayjobs.engine.consumer import PREFETCH_BUDGET, Consumer
 from delayjobs.engine.preloader import preload
+from delayjobs.jobtypes import registry
 from delayjobs.models import DelayedJob, JobStatus
-from delayjobs.spec.jobtypes import registry
 from tests.support.round_trips import (
     DB,
     REDIS,
@@ -82,7 +82,7 @@ _SHARED: dict[str, dict[str, float]] = {
         "db": 0.0,
         "redis": 0.0,
         "cmds": 0.0,
-        # One of them reads the enabled recurring schedules (issue 19).
+        # One of them reads the enabled recurring schedules.
         "db_fixed": 7,
         "redis_fixed": 4,
         "cmds_fixed": 4,

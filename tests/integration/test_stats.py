@@ -1,4 +1,4 @@
-"""The operational figures (delayjobs.stats) on known data, and the admin dashboard."""
+"""The operational figures (delayjobs.api.stats) on known data, and the admin dashboard."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from django.contrib.auth.models import Permission, User
 from django.urls import reverse
 from django.utils import timezone
 
-from delayjobs.api import pauses, stats
+from delayjobs import pauses
+from delayjobs.api import stats
 from delayjobs.models import AttemptOutcome, Consumer, DelayedJob, JobAttempt, JobStatus
 
 pytestmark = pytest.mark.django_db

@@ -1,4 +1,4 @@
-"""``delayjobs.backends.DelayJobsBackend``: Django's Tasks framework on delayjobs.
+"""``delayjobs.contrib.tasks.backend.DelayJobsBackend``: Django's Tasks framework on delayjobs.
 
 Django 6 uses the built-in ``django.tasks``, Django 5.2 the ``django_tasks`` backport; the
 same tests run on both. Tasks live in tests/tasks.py; TASKS is in tests/settings.py.
@@ -41,18 +41,14 @@ from delayjobs.contrib.tasks.compat import (
     task_started,
 )
 from delayjobs.contrib.tasks.discovery import TaskIndex, declared_modules, index
-from delayjobs.contrib.tasks.jobs import UNREGISTERED_RETRY_BASE, UNREGISTERED_RETRY_CAP
+from delayjobs.contrib.tasks.job_type import UNREGISTERED_RETRY_BASE, UNREGISTERED_RETRY_CAP
+from delayjobs.contrib.tasks.results import EXCEPTION_CLASS_NOTE, TASK_JOB_TYPE, unavailable_task
 from delayjobs.engine.consumer import Consumer
 from delayjobs.engine.execution import retry_at_after, run_claimed
-from delayjobs.exceptions import InvalidJob, JobTimeout
-from delayjobs.execution import UnstorableResult
-from delayjobs.index.keys import due_key
-from delayjobs.models import AttemptOutcome, DelayedJob, JobAttempt, JobStatus
-from delayjobs.spec.jobtypes import registry
-from delayjobs.task_index import ForbiddenTaskPath, UnregisteredTask
-from delayjobs.task_jobs import (
-    EXCEPTION_CLASS_NOTE,
-    TASK_JOB_TYPE,
+from delayjobs.exceptions import (
+    ForbiddenTaskPath,
+    InvalidJob,
+    JobTimeout,
     TaskCancelled,
     TaskExpired,
     TaskFailed,
@@ -60,8 +56,12 @@ from delayjobs.task_jobs import (
     TaskSkipped,
     TaskWorkerLost,
     UnknownTaskBackend,
-    unavailable_task,
+    UnregisteredTask,
+    UnstorableResult,
 )
+from delayjobs.index.keys import due_key
+from delayjobs.jobtypes import registry
+from delayjobs.models import AttemptOutcome, DelayedJob, JobAttempt, JobStatus
 from tests.conftest import REPO_ROOT, ConsumerFactory, subprocess_env
 from tests.consumers import wait_final
 from tests.models import Execution
@@ -249,7 +249,9 @@ def test_bad_backend_settings_are_refused(params: dict[str, Any], message: str) 
 def test_an_empty_queues_allows_any_queue_name() -> None:
     """Django's contract: QUEUES = [] means any queue."""
     with override_settings(
-        TASKS={"default": {"BACKEND": "delayjobs.backends.DelayJobsBackend", "QUEUES": []}}
+        TASKS={
+            "default": {"BACKEND": "delayjobs.contrib.tasks.backend.DelayJobsBackend", "QUEUES": []}
+        }
     ):
         result = add.using(queue_name="anything-at-all").enqueue(1, 2)
         assert row(result).queue == "anything-at-all"
@@ -604,7 +606,7 @@ def test_a_return_value_over_the_size_limit_fails_the_task_and_is_never_reported
     job = claimed(repeat.enqueue("x", 1000))
     with pytest.raises(UnstorableResult, match="over the limit of 200 bytes") as caught:
         registry.get(TASK_JOB_TYPE).execute(job)
-    assert f"{EXCEPTION_CLASS_NOTE}delayjobs.execution.UnstorableResult" in caught.value.__notes__
+    assert f"{EXCEPTION_CLASS_NOTE}delayjobs.exceptions.UnstorableResult" in caught.value.__notes__
     assert [name for name, _ in tasks_signals] == ["started", "finished"]
     finished = tasks_signals[1][1]
     assert finished.status == TaskResultStatus.FAILED
@@ -739,7 +741,7 @@ def test_an_exception_class_path_read_from_a_row_is_never_imported(marker_module
             job, "X: y", f"Traceback ...\nX: y\n{EXCEPTION_CLASS_NOTE}{path}", number=number
         )
     errors = default_task_backend.get_result(result.id).errors
-    stand_in = "delayjobs.task_jobs.TaskFailed"
+    stand_in = "delayjobs.exceptions.TaskFailed"
     assert [e.exception_class_path for e in errors] == [stand_in] * 3 + ["tests.tasks.TaskBoom"]
     assert [e.exception_class for e in errors] == [TaskFailed] * 3 + [TaskBoom]
     for error, path in zip(errors[:3], named, strict=False):
@@ -760,7 +762,7 @@ def test_errors_raised_before_the_task_runs_carry_an_importable_class_path() -> 
         failed_attempt(job, outcome.error, outcome.traceback)
     # Readable by its backend: the unknown one through a placeholder task.
     [error] = default_task_backend.get_result(str(unknown.pk)).errors
-    assert error.exception_class_path == "delayjobs.task_index.UnregisteredTask"
+    assert error.exception_class_path == "delayjobs.exceptions.UnregisteredTask"
     assert error.exception_class is UnregisteredTask
     assert "is not a registered @task" in error.traceback
 
@@ -950,7 +952,7 @@ def test_discovery_imports_only_declared_modules() -> None:
     with override_settings(
         TASKS={
             "default": {
-                "BACKEND": "delayjobs.backends.DelayJobsBackend",
+                "BACKEND": "delayjobs.contrib.tasks.backend.DelayJobsBackend",
                 "OPTIONS": {"MODULES": ["tests.delay_jobs"]},
             }
         }
@@ -1099,7 +1101,7 @@ def test_a_raising_task_is_retried_by_policy_then_failed_with_its_errors(
 
     refused = task_backends["once"].get_result(bad_return.id)
     assert refused.status == TaskResultStatus.FAILED and refused.attempts == 1
-    assert refused.errors[0].exception_class_path == "delayjobs.execution.UnstorableResult"
+    assert refused.errors[0].exception_class_path == "delayjobs.exceptions.UnstorableResult"
     assert refused.errors[0].exception_class is UnstorableResult
     assert "not JSON-serializable" in refused.errors[0].traceback
 
@@ -1143,7 +1145,7 @@ def test_consumers_without_queue_options_serve_every_queue_the_backends_allow() 
     tasks = {
         **settings.TASKS,
         "reports": {
-            "BACKEND": "delayjobs.backends.DelayJobsBackend",
+            "BACKEND": "delayjobs.contrib.tasks.backend.DelayJobsBackend",
             "QUEUES": ["reports", "default"],
         },
     }

@@ -35,7 +35,7 @@ DELAYJOBS = "differential"
 #: TypeError of its serializer, delayjobs its own UnstorableResult (a TypeError too).
 NON_JSON_RETURN = {
     REFERENCE: "builtins.TypeError",
-    DELAYJOBS: "delayjobs.execution.UnstorableResult",
+    DELAYJOBS: "delayjobs.exceptions.UnstorableResult",
 }
 
 

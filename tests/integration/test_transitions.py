@@ -12,10 +12,10 @@ from django.utils import timezone
 import delayjobs
 from delayjobs import transitions
 from delayjobs.core import clock
+from delayjobs.jobtypes import registry
+from delayjobs.lanes import index_entry
 from delayjobs.models import AttemptOutcome, DelayedJob, JobAttempt, JobStatus
-from delayjobs.spec.jobtypes import registry
 from delayjobs.transitions import Outcome, claim, claims, reap_expired_leases, record_outcomes
-from delayjobs.transitions.lanes import index_entry
 from tests.utils import row_locked
 
 pytestmark = pytest.mark.django_db

@@ -3,7 +3,7 @@
 Each consumer here runs with its Python wall clock (``time.time``, ``timezone.now``) shifted
 by ``tests.skewed_clock``; the ledger job records its start with the host's real clock,
 which on this one host is also the database server's. delayjobs must take every due and
-lease decision on the database server's clock (``delayjobs.clock``): no job may start
+lease decision on the database server's clock (``delayjobs.core.clock``): no job may start
 before its run_at by the real clock, and no consumer may take over a lease that another
 still renews. Before that clock, a consumer 3 s fast started jobs up to 3 s early, and one
 30 s fast took over live leases.
@@ -20,11 +20,11 @@ from tests.skewed_clock import SKEW_FILE_ENV
 #: Long jobs: most of their 3 s lease (LedgerJob.time_to_run), renewed by the heartbeat.
 LONG_JOBS = 20
 LONG_WORK_MS = 2500
-#: Short jobs due 40 ms apart, as in the issue that found early starts.
+#: Short jobs due 40 ms apart: the load under which skewed host clocks started jobs early.
 SHORT_JOBS = 150
 SHORT_SPREAD = 6.0
 CONCURRENCY = 20
-#: The issue's bound; with the database's clock, starts are never early at all.
+#: How early a start may be (5 ms); with the database's clock, starts are never early at all.
 EARLY_BOUND = 0.005
 
 

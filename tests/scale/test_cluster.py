@@ -1,4 +1,4 @@
-"""delayjobs on a real Redis Cluster of three masters (issue 16, point 3).
+"""delayjobs on a real Redis Cluster of three masters.
 
 The cluster, a PostgreSQL and every consumer are real processes this module starts on
 loopback ports. Every key of a queue carries the queue as a hash tag, so the 16 queues

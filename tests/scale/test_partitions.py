@@ -11,8 +11,8 @@ job run twice only if its lease expired in the consumer the fault hit). Faults:
   Redis for 20 s, then from PostgreSQL for 20 s, by dropping every packet of the link
   either way; the other consumer, in a namespace of its own too, keeps both.
 
-The 20 s windows are fixed (the issue's); everything else waits for events. Figures
-(lateness during each fault, detection, catch-up after it) go to build/scale/partitions.json.
+The 20 s windows are fixed; everything else waits for events. Figures (lateness during
+each fault, detection, catch-up after it) go to build/scale/partitions.json.
 Needs root (namespaces); fails, never skips, without it.
 """
 
@@ -47,7 +47,7 @@ from tests.faults.services import REPO_ROOT, FaultServices
 from tests.scale.netns import Namespace, Network, require_root
 
 RESULTS = REPO_ROOT / "build" / "scale" / "partitions.json"
-#: Every fault lasts this long (issue 16).
+#: Every fault lasts this long.
 WINDOW = 20.0
 CONCURRENCY = 10
 #: Faults strike once this many executions are in the ledger: under load.

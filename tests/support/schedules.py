@@ -8,8 +8,8 @@ from collections.abc import Iterator
 import pytest
 
 import delayjobs
+from delayjobs.jobtypes import registry
 from delayjobs.models import DelayedJob
-from delayjobs.spec.jobtypes import registry
 
 
 class Nightly(delayjobs.JobType):

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from delayjobs.core.backoff import MAX_EXPONENT, equal_jitter_backoff
-from delayjobs.spec.jobtypes import JobType
+from delayjobs.jobtypes import JobType
 
 #: task_jobs.UNREGISTERED_RETRY_BASE and _CAP as of 765889c.
 UNREGISTERED_RETRY_BASE = timedelta(minutes=2)

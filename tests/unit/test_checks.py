@@ -10,8 +10,9 @@ from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 
 import delayjobs
+from delayjobs import conf
 from delayjobs.checks import check_settings
-from delayjobs.spec.jobtypes import registry
+from delayjobs.jobtypes import registry
 
 
 @pytest.fixture
@@ -536,3 +537,86 @@ def test_misfire_grace_may_be_seconds_or_a_timedelta(
 ) -> None:
     delayjobs_settings(MISFIRE_GRACE=value)
     assert check_settings() == []
+
+
+# conf.settings reads by the same table ------------------------------------------------
+
+#: Values of every kind, good for some settings and bad for others.
+SAMPLES = [
+    None,
+    True,
+    0,
+    -1,
+    1,
+    7,
+    2.5,
+    float("nan"),
+    10**30,
+    "",
+    "x",
+    "a b",
+    "redis://127.0.0.1:6379/0",
+    "local",
+    timedelta(0),
+    timedelta(seconds=1),
+    timedelta(days=400),
+    {},
+    {"sms": 2},
+    {"sms": 0},
+    [],
+]
+
+
+@pytest.mark.parametrize("setting", conf.SETTINGS, ids=lambda setting: setting.name)
+def test_a_setting_reads_as_the_checks_judge_it(settings, setting):
+    """For every value: the system check reports the row's id exactly when reading the
+    setting raises ImproperlyConfigured naming it; never a silent default."""
+    for value in SAMPLES:
+        settings.DELAYJOBS = {"REDIS_URL": None, setting.name: value}
+        reported = setting.check_id in ids(check_settings())
+        try:
+            getattr(conf.settings, setting.name)
+        except ImproperlyConfigured as exc:
+            assert reported, (setting.name, value)
+            assert f"DELAYJOBS[{setting.name!r}] must be" in str(exc)
+            assert setting.check_id in str(exc)
+        else:
+            # A value read is valid by its row; only settings together may still fail.
+            assert not reported or setting.check_id in {"delayjobs.E004", "delayjobs.E017"}, (
+                setting.name,
+                value,
+            )
+
+
+def test_a_setting_left_out_reads_as_its_default(settings):
+    del settings.DELAYJOBS
+    assert timedelta(seconds=60) == conf.settings.PRELOAD_WINDOW
+    assert timedelta(milliseconds=20) == conf.settings.CLAIM_AHEAD
+    assert conf.settings.redis_target == ("url", "redis://127.0.0.1:6379/0")
+
+
+def test_durations_read_as_timedeltas(delayjobs_settings):
+    delayjobs_settings(PRELOAD_INTERVAL=2.5, CLAIM_AHEAD=0)
+    assert timedelta(seconds=2.5) == conf.settings.PRELOAD_INTERVAL
+    assert timedelta(0) == conf.settings.CLAIM_AHEAD
+
+
+def test_a_password_in_a_bad_url_is_not_shown(delayjobs_settings):
+    delayjobs_settings(REDIS_URL="redis://user:s3cret@host:port/0")
+    with pytest.raises(ImproperlyConfigured, match="REDIS_URL") as caught:
+        _ = conf.settings.REDIS_URL
+    assert "s3cret" not in str(caught.value)
+    [message] = check_settings()
+    assert "s3cret" not in message.msg
+
+
+def test_delayjobs_not_a_dict_is_an_error_when_read(settings):
+    settings.DELAYJOBS = ["REDIS_URL"]
+    with pytest.raises(ImproperlyConfigured, match="DELAYJOBS must be a dict"):
+        _ = conf.settings.KEY_PREFIX
+
+
+def test_both_redis_url_and_cache_alias_is_an_error_when_read(delayjobs_settings):
+    delayjobs_settings(REDIS_CACHE_ALIAS="default")
+    with pytest.raises(ImproperlyConfigured, match="both REDIS_URL and REDIS_CACHE_ALIAS"):
+        _ = conf.settings.redis_target

@@ -16,7 +16,7 @@ from datetime import UTC, date, datetime, time, timedelta
 import pytest
 
 import delayjobs
-from delayjobs.spec.recurrence import (
+from delayjobs.recurring.rules import (
     MAX_INTERVAL,
     Cron,
     Every,

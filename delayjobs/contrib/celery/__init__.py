@@ -1,4 +1,5 @@
-"""Celery (layer 6): the executor that publishes claimed jobs, the broker checks, the
-worker side that runs them, and the tasks (``delayjobs.tasks.*`` by name). Only modules
-here import Celery. Imports layers 0-5; never ``delayjobs.contrib.tasks``.
+"""Celery: the executor that publishes claimed jobs, the broker checks, and the worker side
+that runs them. The tasks themselves are ``delayjobs.tasks``, where Celery's autodiscovery
+looks for them. Only these modules and ``delayjobs.tasks`` import Celery; none imports
+``delayjobs.contrib.tasks``.
 """

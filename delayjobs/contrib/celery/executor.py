@@ -23,7 +23,7 @@ and publishes nothing for a while (``PublishBackoff``). At start, ``prepare`` fi
 Celery app (``--celery-app``, as ``celery -A`` takes it) and checks that its broker answers,
 so that a consumer without one stops before it claims anything.
 
-This module imports Celery (through ``tasks``); the engine loads it by dotted path
+This module imports Celery (through ``delayjobs.tasks``); the engine loads it by dotted path
 (``delayjobs.engine.executors.EXECUTOR_PATHS``) only when this executor is chosen.
 """
 
@@ -49,7 +49,7 @@ from delayjobs.index.handoff import index_due_soon
 from delayjobs.models import DelayedJob
 
 try:
-    from delayjobs.contrib.celery.tasks import execute
+    from delayjobs.tasks import execute
 except ImportError as _missing:
     raise ImproperlyConfigured(
         f"The Celery executor needs Celery ({_missing}): pip install "

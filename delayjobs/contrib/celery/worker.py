@@ -18,8 +18,8 @@ from django.utils.dateparse import parse_datetime
 from delayjobs import transitions
 from delayjobs.engine.execution import run_claimed, signal_outcome, time_to_run_of
 from delayjobs.index.handoff import index_due_soon
+from delayjobs.jobtypes import registry
 from delayjobs.models import DelayedJob
-from delayjobs.spec.jobtypes import registry
 from delayjobs.transitions import Outcome
 
 # The consumer's logger: an operator follows a job by it, in whichever process it ran.

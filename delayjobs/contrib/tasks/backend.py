@@ -1,6 +1,6 @@
 """``DelayJobsBackend``: Django's Tasks framework on delayjobs' rows, Redis and consumers.
 
-    TASKS = {"default": {"BACKEND": "delayjobs.backends.DelayJobsBackend"}}
+    TASKS = {"default": {"BACKEND": "delayjobs.contrib.tasks.backend.DelayJobsBackend"}}
 
 ``task.enqueue()`` writes one ``django.task`` job row in the caller's transaction (the
 Redis hand-off waits for the commit, as ``delayjobs.schedule`` always does): ``run_at`` is
@@ -8,8 +8,8 @@ the task's ``run_after`` (or now), ``priority`` and ``queue`` are the task's. A 
 (``run_delay_consumer``) runs it; ``get_result()`` reads the row and its attempts.
 
 Its settings (``QUEUES``, ``OPTIONS``: ``MAX_ATTEMPTS``, ``MODULES``) are read and checked
-by ``contrib.tasks.base.DelayJobsBackendBase``, which it subclasses. Projects name it by
-its documented path, ``delayjobs.backends.DelayJobsBackend``.
+by ``contrib.tasks.options.DelayJobsBackendBase``, which it subclasses. Projects name it by
+its documented path, ``delayjobs.contrib.tasks.backend.DelayJobsBackend``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from typing import Any
 from django.db import transaction
 
 from delayjobs.api import schedule
-from delayjobs.contrib.tasks.base import DelayJobsBackendBase
 from delayjobs.contrib.tasks.compat import (
     InvalidTask,
     Task,
@@ -34,12 +33,11 @@ from delayjobs.contrib.tasks.compat import (
     task_enqueued,
 )
 from delayjobs.contrib.tasks.discovery import importable, index
-from delayjobs.contrib.tasks.jobs import DjangoTaskJob, placeholder_task, task_for_job
-from delayjobs.contrib.tasks.results import TaskCall, attempts_of, build_result
-from delayjobs.exceptions import InvalidJob
+from delayjobs.contrib.tasks.job_type import DjangoTaskJob, placeholder_task, task_for_job
+from delayjobs.contrib.tasks.options import DelayJobsBackendBase
+from delayjobs.contrib.tasks.results import TASK_JOB_TYPE, TaskCall, attempts_of, build_result
+from delayjobs.exceptions import InvalidJob, TaskRefused, UnregisteredTask
 from delayjobs.models import DelayedJob, jobs_database
-from delayjobs.task_index import UnregisteredTask
-from delayjobs.task_jobs import TASK_JOB_TYPE, TaskRefused
 
 # The old module's name: users' LOGGING names it.
 logger = logging.getLogger("delayjobs.backends")

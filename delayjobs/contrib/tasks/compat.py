@@ -69,8 +69,8 @@ except ImportError:
         FRAMEWORK = "django_tasks"
     except ImportError as exc:
         raise ImproperlyConfigured(
-            "delayjobs.backends.DelayJobsBackend needs Django's Tasks framework: Django 6.0+ "
-            "(django.tasks) or, on Django 5.2, the backport: pip install "
+            "delayjobs.contrib.tasks.backend.DelayJobsBackend needs Django's Tasks framework: "
+            "Django 6.0+ (django.tasks) or, on Django 5.2, the backport: pip install "
             f"'django-delayjobs[tasks]' (django-tasks). ({exc})"
         ) from exc
 

@@ -20,8 +20,8 @@ every ``REDISCOVER_INTERVAL`` seconds: a module that failed to import (the datab
 down while the consumer started) is tried again, yet a stream of rows naming an unknown
 task does not re-import on every row.
 
-``UnregisteredTask`` and ``ForbiddenTaskPath`` are defined in ``delayjobs.task_index``: their
-class paths are stored in task results.
+``UnregisteredTask`` and ``ForbiddenTaskPath`` are in ``delayjobs.exceptions``: their class
+paths are stored in task results.
 """
 
 from __future__ import annotations
@@ -39,11 +39,11 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.utils.module_loading import module_has_submodule
 
-from delayjobs.contrib.tasks.base import DelayJobsBackendBase
 from delayjobs.contrib.tasks.compat import Task, task_backends
-from delayjobs.task_index import ForbiddenTaskPath, UnregisteredTask
+from delayjobs.contrib.tasks.options import DelayJobsBackendBase
+from delayjobs.exceptions import ForbiddenTaskPath, UnregisteredTask
 
-# The old module's name: users' LOGGING names it.
+# Named after the module this code was first in: LOGGING configurations may name it.
 logger = logging.getLogger("delayjobs.task_index")
 
 #: The module of each installed app that is searched for Task objects.
@@ -248,4 +248,4 @@ def _settings_changed(*, setting: str, **kwargs: Any) -> None:
         index.forget_declared()
 
 
-setting_changed.connect(_settings_changed, dispatch_uid="delayjobs.task_index")
+setting_changed.connect(_settings_changed, dispatch_uid="delayjobs.contrib.tasks.discovery")

@@ -3,7 +3,7 @@
 ``TaskError.exception_class`` imports its ``exception_class_path``: a path read from an
 attempt row is therefore kept only if it names an exception class of a module this process
 has already loaded (``safe_class_path``); any other stands in as ``TaskFailed``. The
-stand-in classes are defined in ``delayjobs.task_jobs``, as their paths are stored.
+stand-in classes are in ``delayjobs.exceptions``.
 """
 
 from __future__ import annotations
@@ -15,26 +15,32 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from typing import Any, NoReturn
 
 from django.db.models import QuerySet
 
 from delayjobs.contrib.tasks.compat import Task, TaskError, TaskResult, TaskResultStatus
-from delayjobs.exceptions import JobTimeout
-from delayjobs.models import AttemptOutcome, DelayedJob, JobAttempt, JobStatus
-from delayjobs.task_jobs import (
-    EXCEPTION_CLASS_NOTE,
-    TASK_JOB_TYPE,
+from delayjobs.exceptions import (
+    JobTimeout,
     TaskCancelled,
     TaskExpired,
     TaskFailed,
     TaskRefused,
     TaskSkipped,
     TaskWorkerLost,
+    UnregisteredTask,
 )
+from delayjobs.models import AttemptOutcome, DelayedJob, JobAttempt, JobStatus
 
-# The old module's name: users' LOGGING names it.
+# Named after the module this code was first in: LOGGING configurations may name it.
 logger = logging.getLogger("delayjobs.task_jobs")
+
+#: The job type of every row a DelayJobsBackend writes.
+TASK_JOB_TYPE = "django.task"
+#: Added to a task's exception as a note, so that its attempt row's traceback carries the
+#: exception's full class path for ``TaskError.exception_class_path`` (the row's
+#: ``error`` column has the bare class name only).
+EXCEPTION_CLASS_NOTE = "Task exception class: "
 
 _DOTTED_PATH = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
 
@@ -51,6 +57,15 @@ STATUS_MAP: dict[str, TaskResultStatus] = {
     JobStatus.EXPIRED: TaskResultStatus.FAILED,
 }
 FINISHED = (TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED)
+
+
+def unavailable_task(*args: Any, **kwargs: Any) -> NoReturn:
+    """The function of ``TaskResult.task`` for a row whose task this process does not know
+    (renamed, removed, or its module failed to import): the result reads from the row."""
+    raise UnregisteredTask(
+        "This TaskResult's task is not a @task this process knows; its row's payload "
+        "names it. (Only a module of an installed app is imported to find a task.)"
+    )
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from delayjobs.http.keys import create_api_key
+from delayjobs.api_keys import create_api_key
 
 
 class Command(BaseCommand):

@@ -13,9 +13,9 @@ from django.core.management.base import BaseCommand, CommandError
 from delayjobs.conf import settings
 from delayjobs.core import metrics
 from delayjobs.engine.consumer import Consumer
+from delayjobs.jobtypes import registry
 from delayjobs.management import base
 from delayjobs.management.base import checked, configure_logging, flag
-from delayjobs.spec.jobtypes import registry
 
 
 class Command(BaseCommand):
@@ -110,9 +110,7 @@ class Command(BaseCommand):
                 "@delayjobs.register in a 'delay_jobs' module of an installed app."
             )
         if concurrency is None:
-            # call_command skips the system checks, so delayjobs.E007 may not have run.
-            setting = settings.CONCURRENCY
-            concurrency = checked("DELAYJOBS['CONCURRENCY']", base.concurrency, setting)
+            concurrency = setting("CONCURRENCY")
         # Every option is checked before the consumer is built: a CommandError names it.
         new_consumer = partial(
             Consumer,
@@ -125,7 +123,7 @@ class Command(BaseCommand):
             if worker_id is None
             else checked(f"--worker-id {base.shown(worker_id)}", base.worker_id, worker_id),
             executor=checked(
-                "--executor", base.executor, settings.EXECUTOR if executor is None else executor
+                "--executor", base.executor, setting("EXECUTOR") if executor is None else executor
             ),
             celery_app=None
             if celery_app is None
@@ -149,6 +147,15 @@ class Command(BaseCommand):
             # Not a CommandError: nothing was wrong with the command; a supervisor should
             # simply start a fresh consumer (see EXIT_ALL_THREADS_STUCK).
             sys.exit(exit_code)
+
+
+def setting(name: str) -> Any:
+    """``DELAYJOBS[name]`` as read; a bad value is a CommandError naming the setting
+    (call_command skips the system checks that would have reported it first)."""
+    try:
+        return getattr(settings, name)
+    except ImproperlyConfigured as exc:
+        raise CommandError(str(exc)) from None
 
 
 def serve_metrics(port: int, address: str) -> None:

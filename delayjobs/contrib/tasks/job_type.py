@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING, Any
 from django.conf import settings
 from django.utils import timezone
 
-from delayjobs.contrib.tasks.base import DelayJobsBackendBase
 from delayjobs.contrib.tasks.compat import (
     DEFAULT_TASK_QUEUE_NAME,
     InvalidTask,
@@ -42,31 +41,33 @@ from delayjobs.contrib.tasks.compat import (
     task_started,
 )
 from delayjobs.contrib.tasks.discovery import index
+from delayjobs.contrib.tasks.options import DelayJobsBackendBase
 from delayjobs.contrib.tasks.results import (
+    TASK_JOB_TYPE,
     TaskCall,
     attempts_of,
     build_result,
     note_exception_class,
     task_error,
-)
-from delayjobs.core.backoff import equal_jitter_backoff
-from delayjobs.exceptions import InvalidJob
-from delayjobs.execution import UnstorableResult
-from delayjobs.models import DelayedJob, JobStatus
-from delayjobs.spec.jobtypes import JobType, register
-from delayjobs.spec.payload import storable_json
-from delayjobs.task_index import ForbiddenTaskPath, UnregisteredTask
-from delayjobs.task_jobs import (
-    TASK_JOB_TYPE,
-    TaskRefused,
-    UnknownTaskBackend,
     unavailable_task,
 )
+from delayjobs.core.backoff import equal_jitter_backoff
+from delayjobs.exceptions import (
+    ForbiddenTaskPath,
+    InvalidJob,
+    TaskRefused,
+    UnknownTaskBackend,
+    UnregisteredTask,
+    UnstorableResult,
+)
+from delayjobs.jobtypes import JobType, register
+from delayjobs.models import DelayedJob, JobStatus
+from delayjobs.payload import storable_json
 
 if TYPE_CHECKING:
     from django.dispatch import Signal
 
-# The old module's name: users' LOGGING names it.
+# Named after the module this code was first in: LOGGING configurations may name it.
 logger = logging.getLogger("delayjobs.task_jobs")
 
 #: A row naming a task (or a backend alias) this consumer does not know is retried after

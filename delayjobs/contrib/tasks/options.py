@@ -13,7 +13,7 @@ OPTIONS:
   to find ``@task`` objects (a task in any module of an installed app needs no listing).
   ``enqueue()`` refuses a task consumers could not import.
 
-Task discovery (``discovery``) and the job type (``jobs``) read these settings from any
+Task discovery (``discovery``) and the job type (``job_type``) read these settings from any
 ``DelayJobsBackendBase``, so neither imports the backend that enqueues (``backend``).
 """
 
@@ -25,8 +25,8 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 
 from delayjobs.contrib.tasks.compat import BaseTaskBackend
-from delayjobs.spec.jobtypes import QUEUE_PATTERN
-from delayjobs.spec.validation import MAX_ATTEMPTS_LIMIT
+from delayjobs.names import QUEUE_RULE, is_queue
+from delayjobs.validation import MAX_ATTEMPTS_LIMIT
 
 OPTION_NAMES = frozenset({"MAX_ATTEMPTS", "MODULES"})
 
@@ -37,18 +37,16 @@ class DelayJobsBackendBase(BaseTaskBackend):
     def default_max_attempts(self) -> int | None:
         """The attempts when OPTIONS gives no MAX_ATTEMPTS: the ``django.task`` job type's,
         read when the backend is built. ``backend.DelayJobsBackend`` knows the job type
-        (``jobs``, above this module)."""
+        (``job_type``, above this module)."""
         raise NotImplementedError
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
-        bad_queues = sorted(
-            repr(q) for q in self.queues if not isinstance(q, str) or not QUEUE_PATTERN.fullmatch(q)
-        )
+        bad_queues = sorted(repr(q) for q in self.queues if not is_queue(q))
         if bad_queues:
             raise ImproperlyConfigured(
                 f"TASKS[{alias!r}]['QUEUES']: {', '.join(bad_queues)} cannot be delayjobs "
-                f"queues (1-100 characters of letters, digits and '_.-')."
+                f"queues ({QUEUE_RULE})."
             )
         options = self.options if isinstance(self.options, Mapping) else None
         if options is None or set(options) - OPTION_NAMES:

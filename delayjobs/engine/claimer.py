@@ -10,12 +10,12 @@ from datetime import datetime, timedelta
 
 from delayjobs.conf import settings
 from delayjobs.core import clock
-from delayjobs.core.paused import Paused
-from delayjobs.core.paused import paused as read_pauses  # "paused" names a local below
 from delayjobs.engine.executors import Executor
 from delayjobs.engine.inflight import InFlight
 from delayjobs.engine.recorder import Recorder
 from delayjobs.models import DelayedJob
+from delayjobs.pauses import Paused
+from delayjobs.pauses import paused as read_pauses  # "paused" names a local below
 
 logger = logging.getLogger("delayjobs.consumer")
 

@@ -4,7 +4,7 @@ A schedule is a ``Schedule`` row (``delayjobs.models.schedules``). A job type wi
 ``recurrence`` gets one named after it, kept in step with the code by
 ``sync_code_schedules`` (the pre-loader calls it each pass, the admin on each visit); an
 operator's schedule is made in the admin. The pre-loader turns ticks into jobs
-(``delayjobs.engine.recurring``); this module says what a schedule is and what it did.
+(``delayjobs.recurring.ticks``); this module says what a schedule is and what it did.
 
 Each tick's job holds the key ``schedule:<name>@<tick, ISO UTC>``: an ordinary job, with
 the usual precision, retries, lease and history, found again by that key.
@@ -24,10 +24,10 @@ from delayjobs.conf import settings
 from delayjobs.core import clock
 from delayjobs.exceptions import InvalidJob, UnknownJobType
 from delayjobs.index.handoff import unindex_on_commit
+from delayjobs.jobtypes import JobType, code_recurrence_problems, registry
 from delayjobs.models import DelayedJob, JobStatus, jobs_database
 from delayjobs.models.schedules import Schedule, ScheduleSource
-from delayjobs.spec.jobtypes import JobType, code_recurrence_problems, registry
-from delayjobs.spec.recurrence import Cron, Every, Recurrence, misfire_problem
+from delayjobs.recurring.rules import Cron, Every, Recurrence, misfire_problem
 
 logger = logging.getLogger("delayjobs.schedules")
 

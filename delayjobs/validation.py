@@ -3,7 +3,9 @@
 Everyone who validates a job argument calls these: the verbs of ``delayjobs.api``,
 ``bind()`` (checking its options at declaration), pauses (a queue's name), the HTTP API
 and the admin. Each check returns the value normalised, or raises ``InvalidJob`` with the
-reason.
+reason. The bounds the checks apply are public too (``PRIORITY_MIN`` ... ``__all__``), for
+what describes the arguments without calling the checks (the HTTP API's schemas): each is
+defined once, where its rule lives, and read from here.
 """
 
 from __future__ import annotations
@@ -20,9 +22,45 @@ from django.utils import timezone
 from delayjobs.conf import settings as conf
 from delayjobs.core.db import max_length
 from delayjobs.exceptions import InvalidJob
-from delayjobs.models import DelayedJob, jobs_database
-from delayjobs.spec.jobtypes import MAX_LATENESS, MIN_LATENESS, QUEUE_PATTERN, registry
-from delayjobs.spec.payload import normalize_payload, utf8_length
+from delayjobs.jobtypes import MAX_LATENESS, MIN_LATENESS, registry
+from delayjobs.models import PRIORITY_MAX, PRIORITY_MIN, DelayedJob, jobs_database
+from delayjobs.names import (
+    NAME_MAX_LENGTH,
+    NAME_PATTERN,
+    QUEUE_MAX_LENGTH,
+    QUEUE_PATTERN,
+    QUEUE_RULE,
+    is_queue,
+)
+from delayjobs.payload import normalize_payload, utf8_length
+
+__all__ = [
+    # The bounds
+    "KEY_MAX_LENGTH",
+    "MAX_ATTEMPTS_LIMIT",
+    "MAX_LATENESS",
+    "MIN_LATENESS",
+    "NAME_MAX_LENGTH",
+    "NAME_PATTERN",
+    "OBJECT_ID_MAX_LENGTH",
+    "PRIORITY_MAX",
+    "PRIORITY_MIN",
+    "QUEUE_MAX_LENGTH",
+    "QUEUE_PATTERN",
+    "SPEC_FIELDS",
+    # The spec and the checks
+    "JobSpec",
+    "build_indexed_spec",
+    "build_spec",
+    "check_key",
+    "check_max_attempts",
+    "check_max_lateness",
+    "check_object",
+    "check_priority",
+    "check_queue",
+    "refuse_repeated_keys",
+    "resolve_run_at",
+]
 
 KEY_MAX_LENGTH = max_length(DelayedJob, "key")
 #: The largest value of a PositiveIntegerField on PostgreSQL (integer) and MySQL; SQLite
@@ -236,14 +274,10 @@ def check_key(key: Any) -> str | None:
 
 
 def check_queue(queue: Any) -> str:
-    """A queue name: 1-100 letters, digits and ``_.-`` (QUEUE_PATTERN)."""
-    # fullmatch: the pattern's "$" would also match before a trailing newline.
-    if not isinstance(queue, str) or not QUEUE_PATTERN.fullmatch(queue):
-        raise InvalidJob(
-            f"queue must be 1-100 characters of letters, digits and '_.-', got {queue!r}.",
-            field="queue",
-        )
-    return queue
+    """A queue name (``delayjobs.names.QUEUE_PATTERN``)."""
+    if not is_queue(queue):
+        raise InvalidJob(f"queue must be {QUEUE_RULE}, got {queue!r}.", field="queue")
+    return str(queue)
 
 
 def check_max_attempts(value: Any) -> int | None:
@@ -277,10 +311,16 @@ def check_max_lateness(value: Any) -> timedelta | None:
 
 
 def check_priority(value: Any) -> int:
-    """An int from -100 to 100 (higher starts first among jobs due together)."""
-    if isinstance(value, bool) or not isinstance(value, int) or not -100 <= value <= 100:
+    """An int from PRIORITY_MIN to PRIORITY_MAX (higher starts first among jobs due
+    together)."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or not PRIORITY_MIN <= value <= PRIORITY_MAX
+    ):
         raise InvalidJob(
-            f"priority must be an int from -100 to 100, got {value!r}.", field="priority"
+            f"priority must be an int from {PRIORITY_MIN} to {PRIORITY_MAX}, got {value!r}.",
+            field="priority",
         )
     return value
 

@@ -20,7 +20,10 @@ from typing import Any
 from django.db import transaction
 
 from delayjobs.api import schedule_many
-from delayjobs.api.schedules import (
+from delayjobs.jobtypes import JobType, registry
+from delayjobs.models import DelayedJob, jobs_database
+from delayjobs.models.schedules import Schedule, ScheduleSource
+from delayjobs.recurring.definitions import (
     definition_problem,
     grace_of,
     recurrence_of,
@@ -28,10 +31,7 @@ from delayjobs.api.schedules import (
     sync_code_schedules,
     tick_key,
 )
-from delayjobs.models import DelayedJob, jobs_database
-from delayjobs.models.schedules import Schedule, ScheduleSource
-from delayjobs.spec.jobtypes import JobType, registry
-from delayjobs.spec.recurrence import Misfire
+from delayjobs.recurring.rules import Misfire
 
 logger = logging.getLogger("delayjobs.preloader")
 

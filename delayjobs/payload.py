@@ -11,7 +11,6 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from delayjobs.conf import DEFAULTS
 from delayjobs.conf import settings as conf
 from delayjobs.exceptions import InvalidJob
 
@@ -77,7 +76,7 @@ def storable_json(value: Any, what: str, *, field: str | None = None) -> Any:
         # PostgreSQL's jsonb cannot hold it: refuse it everywhere, not only there.
         raise InvalidJob(f"{what} must not contain NUL characters (\\u0000).", field=field)
     size = len(text) if text.isascii() else utf8_length(text, what, field=field)
-    limit = _payload_limit()
+    limit = conf.MAX_PAYLOAD_BYTES
     if limit is not None and size > limit:
         raise InvalidJob(
             f"{what} is {size} bytes of JSON, over the limit of {limit} bytes "
@@ -99,15 +98,6 @@ def _refuse_circular(value: Any, what: str, field: str | None) -> None:
         ) from None
     except (RecursionError, TypeError):
         pass
-
-
-def _payload_limit() -> int | None:
-    limit = conf.MAX_PAYLOAD_BYTES
-    if limit is None or (isinstance(limit, int) and not isinstance(limit, bool) and limit > 0):
-        return limit
-    # A bad value is reported by check delayjobs.E012; meanwhile the default applies, as
-    # conf does for the other settings, rather than a TypeError in every schedule().
-    return DEFAULTS["MAX_PAYLOAD_BYTES"]
 
 
 def utf8_length(text: str, label: str, *, field: str | None = None) -> int:

@@ -4,6 +4,9 @@ A key reads ``dj_<prefix>_<secret>``. The prefix is stored as it is and finds th
 only the SHA-256 digest of the secret is stored, so a copy of the database does not
 give away working keys. The secret has 256 random bits: a plain (unsalted, fast) hash is
 enough, as no dictionary can guess it.
+
+The HTTP API checks presented keys with ``find_key``; the admin and
+``create_delay_api_key`` make them with ``create_api_key``.
 """
 
 from __future__ import annotations
@@ -22,8 +25,8 @@ from django.db.models import Q
 from django.utils import timezone
 
 from delayjobs.core.db import max_length
+from delayjobs.jobtypes import registry
 from delayjobs.models import ApiKey
-from delayjobs.spec.jobtypes import registry
 
 SCHEME = "dj"
 #: 6 random bytes as 12 hex digits: fits ApiKey.prefix (16) and never contains "_".
