@@ -499,6 +499,61 @@ def _proc_kb(path: str, field_name: str) -> int:
     return 0
 
 
+def peer_database(name: str) -> dict[str, str]:
+    """Connection parameters of a peer's own database on the benchmark's PostgreSQL (see
+    ``create_database``): the benchmark's own tables stay out of the peers' way."""
+    settings = json.loads(os.environ.get(DATABASE_ENV, "{}"))
+    return {
+        "host": settings.get("HOST", "127.0.0.1"),
+        "port": str(settings.get("PORT", "5432")),
+        "user": settings.get("USER", "postgres"),
+        "dbname": name,
+    }
+
+
+def create_database(params: dict[str, str]) -> bool:
+    """Create the database of ``peer_database()`` unless it exists; True if it was made."""
+    import psycopg
+
+    server = conninfo({**params, "dbname": "postgres"})
+    with psycopg.connect(server, autocommit=True) as connection:
+        found = connection.execute(
+            "SELECT 1 FROM pg_database WHERE datname = %s", (params["dbname"],)
+        ).fetchone()
+        if found is None:
+            connection.execute(f'CREATE DATABASE "{params["dbname"]}"')
+    return found is None
+
+
+def conninfo(params: dict[str, str]) -> str:
+    """A libpq connection string of ``peer_database()``'s parameters."""
+    return " ".join(f"{key}={value}" for key, value in params.items())
+
+
+def dsn(params: dict[str, str]) -> str:
+    """A ``postgresql://`` URL of ``peer_database()``'s parameters."""
+    return f"postgresql://{params['user']}@{params['host']}:{params['port']}/{params['dbname']}"
+
+
+def truncate_tables(params: dict[str, str], prefix: str) -> None:
+    """Empty a peer's tables (those whose names start with ``prefix``) and vacuum them:
+    each run starts from nothing, as delayjobs' own do (``reset_state``)."""
+    import psycopg
+
+    with psycopg.connect(conninfo(params), autocommit=True) as connection:
+        tables = [
+            f'"{row[0]}"'
+            for row in connection.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = 'public' "
+                "AND starts_with(tablename, %s)",
+                (prefix,),
+            )
+        ]
+        if tables:
+            connection.execute(f"TRUNCATE {', '.join(tables)} RESTART IDENTITY CASCADE")
+            connection.execute(f"VACUUM ANALYZE {', '.join(tables)}")
+
+
 def flush_redis() -> None:
     """Empty the benchmark's Redis (every database): the peers' queues and schedules."""
     import redis

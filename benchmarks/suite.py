@@ -76,15 +76,18 @@ def run_system(
         "system": system.name,
         "config": system.config_name,
         "describe": system.describe(),
-        "versions": system.versions(),
+        "versions": {},
         "workloads": {},
         "errors": [],
     }
     started = time.monotonic()
     try:
+        entry["versions"] = system.versions()
         system.setup()
     except Exception:
         entry["errors"].append(f"setup: {traceback.format_exc()}")
+        _progress(f"{system.name}: set-up FAILED {traceback.format_exc()[-300:]}")
+        system.close()
         return entry
     rate: float | None = None
     for name in names:
@@ -113,6 +116,7 @@ def run_system(
             )
     with contextlib.suppress(Exception):  # leave nothing behind for the next system
         system.reset()
+    system.close()
     entry["seconds"] = time.monotonic() - started
     return entry
 
@@ -633,6 +637,7 @@ def _run_body(
         system = load(name)(configs.get(name))
         print(f"{name} ({system.config_name}), body {body}:", flush=True)
         work_dir = Path(tempfile.mkdtemp(prefix=f"{name}-{body}-", dir=tmp))
+        system.log_dir = work_dir
         entry = run_system(system, args.workloads, args.runs, sizes, work_dir, args.quiet_wait)
         entry["body"] = body
         if name == "delayjobs" and "W5" in args.workloads and body == args.bodies[0]:

@@ -7,8 +7,10 @@ the top, and defines the app its worker processes load.
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
 
-from benchmarks.systems.base import System
+if TYPE_CHECKING:  # worker modules of this package import nothing the driver uses
+    from benchmarks.systems.base import System
 
 SYSTEMS = {
     "delayjobs": "benchmarks.systems.delayjobs_system:DelayJobsSystem",

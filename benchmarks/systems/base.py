@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ClassVar
 
-from benchmarks import harness
+from benchmarks import harness, remote
 from benchmarks.records import RECORD_DIR_ENV
 
 Job = tuple[int, float]
@@ -41,6 +42,8 @@ class System(ABC):
             raise ValueError(f"{self.name}: unknown configuration {self.config_name!r}")
         self.config = self.configs[self.config_name]
         self.group: harness.ProcessGroup | None = None
+        #: Where the system's own processes log (the suite sets the run's work directory).
+        self.log_dir = Path(tempfile.gettempdir())
 
     # Set-up and data ----------------------------------------------------------------
 
@@ -54,6 +57,9 @@ class System(ABC):
 
     def setup(self) -> None:  # noqa: B027 - optional hook
         """Once per suite, servers up: schemas and the like."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """After the system's last run: processes of its own beyond the consumers."""
 
     @abstractmethod
     def reset(self) -> None:
@@ -103,3 +109,51 @@ def python() -> str:
 def script(name: str) -> str:
     """A console script of the benchmark's venv (celery, huey_consumer.py, rq, ...)."""
     return str(Path(sys.executable).parent / name)
+
+
+#: The Python of the venv for the peers that need Python 3.12 (Oban, dj-queue): run.sh
+#: creates it and exports its path.
+PY312_ENV = "DELAYJOBS_BENCH_PY312"
+
+
+def python312() -> str:
+    default = harness.REPO_ROOT / ".venv-bench-py312" / "bin" / "python"
+    return os.environ.get(PY312_ENV) or str(default)
+
+
+class RemoteScheduling(System):
+    """A system whose scheduling calls run in a client process (``benchmarks.remote``):
+    ``client_module`` is the module it serves, run by ``client_python()`` in
+    ``consumer_env()``, the environment of the consumers."""
+
+    client_module: ClassVar[str]
+
+    def __init__(self, config: str | None = None) -> None:
+        super().__init__(config)
+        self._client: remote.Client | None = None
+
+    def client_python(self) -> str:
+        return python()
+
+    @property
+    def client(self) -> remote.Client:
+        if self._client is None:
+            log = self.log_dir / f"{self.name}-client.log"
+            env = self.consumer_env()
+            self._client = remote.Client(self.client_python(), self.client_module, env, log)
+        return self._client
+
+    def versions(self) -> dict[str, str]:
+        versions: dict[str, str] = self.client.call("versions")
+        return versions
+
+    def schedule_one(self, job: Job) -> None:
+        self.client.call("schedule_one", job)
+
+    def schedule_many(self, jobs: Sequence[Job]) -> None:
+        self.client.call("schedule_many", list(jobs))
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None

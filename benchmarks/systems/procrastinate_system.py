@@ -6,8 +6,6 @@ A worker fetches due jobs when PostgreSQL notifies it of a new job, or else ever
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Sequence
 from importlib.metadata import version
 from typing import Any, ClassVar
@@ -17,18 +15,9 @@ from procrastinate import App, PsycopgConnector
 from benchmarks import bodies, harness
 from benchmarks.systems.base import Job, System, aware, python
 
-DATABASE = "procrastinate"
+DATABASE = harness.peer_database("procrastinate")
 
-
-def conninfo(database: str = DATABASE) -> str:
-    settings = json.loads(os.environ.get(harness.DATABASE_ENV, "{}"))
-    return (
-        f"host={settings.get('HOST', '127.0.0.1')} port={settings.get('PORT', '5432')} "
-        f"user={settings.get('USER', 'postgres')} dbname={database}"
-    )
-
-
-app = App(connector=PsycopgConnector(conninfo=conninfo()))
+app = App(connector=PsycopgConnector(conninfo=harness.conninfo(DATABASE)))
 
 
 @app.task(name="bench.work")
@@ -57,31 +46,13 @@ class ProcrastinateSystem(System):
         return {"procrastinate": version("procrastinate"), "psycopg": version("psycopg")}
 
     def setup(self) -> None:
-        import psycopg
-
-        with psycopg.connect(conninfo("postgres"), autocommit=True) as connection:
-            exists = connection.execute(
-                "SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE,)
-            ).fetchone()
-            if not exists:
-                connection.execute(f"CREATE DATABASE {DATABASE}")
         # A run of several bodies sets up once per body: the schema comes with the database.
-        if not exists:
+        if harness.create_database(DATABASE):
             with app.open():
                 app.schema_manager.apply_schema()
 
     def reset(self) -> None:
-        import psycopg
-
-        with psycopg.connect(conninfo(), autocommit=True) as connection:
-            tables = [
-                row[0]
-                for row in connection.execute(
-                    "SELECT tablename FROM pg_tables WHERE schemaname = 'public'"
-                )
-            ]
-            connection.execute(f"TRUNCATE {', '.join(tables)} RESTART IDENTITY CASCADE")
-            connection.execute("VACUUM ANALYZE")
+        harness.truncate_tables(DATABASE, "procrastinate_")
         self._close()
 
     def _open(self) -> None:
