@@ -499,6 +499,68 @@ def _proc_kb(path: str, field_name: str) -> int:
     return 0
 
 
+class CpuMeter:
+    """CPU spent between ``start()`` and ``stop()``: the whole machine's (every CPU, from
+    ``/proc/stat``: the consumers, PostgreSQL, Redis and this driver alike) and the consumer
+    processes' own (user + system time of each process of the group and of its descendants,
+    from psutil; children it reaped count through its ``children_*`` times).
+
+    A process that starts and ends inside the window without a parent of the group reaping
+    it is not seen; none of the systems benchmarked does that.
+    """
+
+    def __init__(self, group: ProcessGroup) -> None:
+        self.group = group
+        self.seconds = 0.0
+        self.machine_seconds = 0.0  # CPU-seconds, all CPUs
+        self.workers_seconds = 0.0
+        self._started: tuple[float, float, dict[int, float]] | None = None
+
+    def start(self) -> None:
+        self._started = (time.monotonic(), _machine_busy_seconds(), self._workers())
+
+    def stop(self) -> None:
+        """The figures from start() to now; only the first call after start() counts."""
+        if self._started is None:
+            return
+        started, machine, workers = self._started
+        self._started = None
+        self.seconds = time.monotonic() - started
+        self.machine_seconds = _machine_busy_seconds() - machine
+        now = self._workers()
+        self.workers_seconds = sum(cpu - workers.get(pid, 0.0) for pid, cpu in now.items())
+
+    def _workers(self) -> dict[int, float]:
+        import psutil
+
+        found: dict[int, float] = {}
+        for pid in self.group.pids():
+            with contextlib.suppress(psutil.Error):
+                times = psutil.Process(pid).cpu_times()
+                found[pid] = times.user + times.system + times.children_user + times.children_system
+        return found
+
+    def per_job(self, jobs: int) -> dict[str, float | None]:
+        """Microseconds of CPU per job, and the machine's busy share of its CPUs."""
+        cpus = os.cpu_count() or 1
+        return {
+            "window_seconds": self.seconds,
+            "machine_cpu_us_per_job": self.machine_seconds * 1e6 / jobs if jobs else None,
+            "workers_cpu_us_per_job": self.workers_seconds * 1e6 / jobs if jobs else None,
+            "machine_busy": self.machine_seconds / (self.seconds * cpus) if self.seconds else None,
+        }
+
+
+def _machine_busy_seconds() -> float:
+    """CPU-seconds every CPU spent busy since boot: user, nice, system, irq and softirq
+    (guest time is inside user; idle, iowait and time stolen by the hypervisor are not)."""
+    with open("/proc/stat") as file:
+        user, nice, system, _idle, _iowait, irq, softirq = (
+            int(value) for value in file.readline().split()[1:8]
+        )
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+
+
 def peer_database(name: str) -> dict[str, str]:
     """Connection parameters of a peer's own database on the benchmark's PostgreSQL (see
     ``create_database``): the benchmark's own tables stay out of the peers' way."""

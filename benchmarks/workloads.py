@@ -13,7 +13,7 @@ from __future__ import annotations
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +25,9 @@ from benchmarks.systems.base import Job, System
 
 READY_TIMEOUT = 60.0
 POLL = 0.2
+#: W2 reads the records more often: the CPU it measures is taken up to the read that finds
+#: the last job, so a coarse poll would add idle time to a short drain.
+W2_POLL = 0.05
 GRACE = 1.0  # after the last expected job: time for a late duplicate to show up
 FAR = 3600.0  # "due in an hour"
 
@@ -106,20 +109,29 @@ class Consumers:
                 f"{self.group.logs()}"
             )
 
-    def wait_for(self, expected: int, deadline: float) -> bool:
+    def wait_for(
+        self,
+        expected: int,
+        deadline: float,
+        on_done: Callable[[], None] | None = None,
+        poll: float = POLL,
+    ) -> bool:
         """Until ``expected`` executions of jobs (ids >= 0) were read; False at the
-        deadline (``time.time()``)."""
+        deadline (``time.time()``). ``on_done`` is called as soon as they were read, before
+        the wait for late duplicates; ``poll`` is the time between two reads."""
         while True:
             self.reader.poll()
             done = sum(1 for execution in self.reader.executions if execution.job_id >= 0)
             if done >= expected:
+                if on_done is not None:
+                    on_done()
                 time.sleep(GRACE)
                 self.reader.poll()
                 return True
             if time.time() > deadline:
                 return False
             self.check_alive()
-            time.sleep(POLL)
+            time.sleep(poll)
 
 
 @contextmanager
@@ -231,11 +243,16 @@ def w2_burst(system: System, sizes: Sizes, work_dir: Path, rate: float) -> dict[
 
 def _w2_once(system: System, sizes: Sizes, work_dir: Path, lead: float) -> dict[str, Any]:
     with consumers(system, work_dir) as run:
+        assert run.group is not None
+        cpu = harness.CpuMeter(run.group)
         started = time.time()
         due = started + lead
         jobs = [(i, due) for i in range(sizes.w2_jobs)]
         scheduled, scheduled_late = schedule_in_chunks(system, jobs, sizes.chunk)
-        complete = run.wait_for(len(jobs), due + sizes.timeout)
+        time.sleep(max(0.0, due - time.time()))
+        cpu.start()  # the drain window: from the instant due to the read of the last start
+        complete = run.wait_for(len(jobs), due + sizes.timeout, cpu.stop, W2_POLL)
+        cpu.stop()
         result = outcome(run.reader, range(len(jobs)))
     starts = [e.start for e in run.reader.executions if 0 <= e.job_id < len(jobs)]
     drain = max(starts) - due if starts else None
@@ -253,6 +270,7 @@ def _w2_once(system: System, sizes: Sizes, work_dir: Path, lead: float) -> dict[
         "jobs_per_second": result["executed"] / drain if drain and complete else None,
         "drain_to_end_seconds": drain_to_end,
         "peak_memory_mb": run.memory.peak_hwm_mb if run.memory else None,
+        "cpu": cpu.per_job(result["executed"]),
     }
 
 

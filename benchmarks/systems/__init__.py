@@ -13,6 +13,7 @@ if TYPE_CHECKING:  # worker modules of this package import nothing the driver us
     from benchmarks.systems.base import System
 
 SYSTEMS = {
+    "bare": "benchmarks.systems.bare_system:BareSystem",
     "delayjobs": "benchmarks.systems.delayjobs_system:DelayJobsSystem",
     "celery": "benchmarks.systems.celery_system:CelerySystem",
     "huey": "benchmarks.systems.huey_system:HueySystem",
