@@ -561,6 +561,17 @@ def _machine_busy_seconds() -> float:
     return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
 
 
+def run_command(command: Sequence[str], env: dict[str, str] | None = None) -> None:
+    """A set-up command of a peer (schema, migrations), from the repository's root; its
+    output in the error if it fails."""
+    done = subprocess.run(
+        list(command), cwd=REPO_ROOT, env=env, capture_output=True, text=True, check=False
+    )
+    if done.returncode:
+        output = (done.stdout + done.stderr)[-3000:]
+        raise RuntimeError(f"{' '.join(command)} exited with {done.returncode}:\n{output}")
+
+
 def peer_database(name: str) -> dict[str, str]:
     """Connection parameters of a peer's own database on the benchmark's PostgreSQL (see
     ``create_database``): the benchmark's own tables stay out of the peers' way."""
