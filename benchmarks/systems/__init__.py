@@ -19,6 +19,7 @@ SYSTEMS = {
     "huey": "benchmarks.systems.huey_system:HueySystem",
     "rq": "benchmarks.systems.rq_system:RQSystem",
     "procrastinate": "benchmarks.systems.procrastinate_system:ProcrastinateSystem",
+    "oban": "benchmarks.systems.oban_system:ObanSystem",
     "pgqueuer": "benchmarks.systems.pgqueuer_system:PgQueuerSystem",
 }
 
