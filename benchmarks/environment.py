@@ -11,3 +11,7 @@ CONN_MAX_AGE_ENV = "DELAYJOBS_BENCH_CONN_MAX_AGE"
 BODY_ENV = "DELAYJOBS_BENCH_BODY"
 #: ``host:port`` of the local HTTP server the ``http`` body calls (``benchmarks.http_server``).
 HTTP_ADDRESS_ENV = "DELAYJOBS_BENCH_HTTP_ADDRESS"
+#: The Django app of the peer ``benchmarks.tasks_settings`` configures (dj_queue or
+#: django_tasks_db), and its ``TASKS`` options as JSON.
+TASKS_APP_ENV = "DELAYJOBS_BENCH_TASKS_APP"
+TASKS_OPTIONS_ENV = "DELAYJOBS_BENCH_TASKS_OPTIONS"

@@ -1,8 +1,12 @@
-"""delayjobs against Celery (ETA), Huey, RQ and Procrastinate, through workloads W1 to W5.
+"""delayjobs against Celery (ETA), Huey, RQ, Procrastinate, Oban for Python, PgQueuer,
+dj-queue and django-tasks-db, and against a bare runner (the floor: a timer and a Redis
+sorted set, nothing durable), through workloads W1 to W5.
 
 - W1: 10,000 jobs spread evenly over 20 s, the first due 5 s after scheduling starts:
   lateness (start minus run_at) p50/p95/p99/max, missing and duplicate executions.
-- W2: 20,000 jobs due at one instant: drain time (that instant to the last start), jobs/s.
+- W2: 20,000 jobs due at one instant: drain time (that instant to the last start), jobs/s,
+  CPU per job over the drain (the whole machine's, and the consumer processes'), and
+  the consumers' peak memory.
 - W3: scheduling rate from one process: ``schedule()`` one by one, and the bulk call.
 - W4: 50,000 jobs due in an hour, then 2,000 due over the next 5 s: lateness of the near
   ones and peak memory of the consumer processes.
@@ -10,10 +14,14 @@
 
 Every system runs the same job (``benchmarks.bodies.job``: record the start, then the body
 chosen with ``--body``: noop, redis, orm, http or sleep10), with at most 2 consumer
-processes, on one PostgreSQL 15 (durable) and one Redis started by this suite.
+processes, on one PostgreSQL 15 (durable) and one Redis started by this suite. The summary
+sets each W2 figure against the bare runner's and the best peer's of the same run.
 
 Usage: ``benchmarks/run.sh [--systems ...] [--workloads W1 ...] [--runs N] [--quick]
-[--body NAME | --bodies NAME ...]``.
+[--body NAME | --bodies NAME ...]``. The whole comparison, medians of 3 on a quiet
+machine: ``benchmarks/run.sh --runs 3 --workloads W1 W2 W3 --bodies noop redis sleep10
+--systems bare delayjobs celery huey rq procrastinate oban pgqueuer djqueue
+django-tasks-db``.
 """
 
 from __future__ import annotations

@@ -21,6 +21,8 @@ SYSTEMS = {
     "procrastinate": "benchmarks.systems.procrastinate_system:ProcrastinateSystem",
     "oban": "benchmarks.systems.oban_system:ObanSystem",
     "pgqueuer": "benchmarks.systems.pgqueuer_system:PgQueuerSystem",
+    "djqueue": "benchmarks.systems.django_tasks_system:DjQueueSystem",
+    "django-tasks-db": "benchmarks.systems.django_tasks_system:DjangoTasksDbSystem",
 }
 
 
