@@ -8,8 +8,8 @@ MODULE`` imports MODULE, which defines ``versions()``, ``schedule_one(job)`` and
 the function's name, then its arguments) with one line on its standard output (a JSON
 object: ``{"ok": result}`` or ``{"error": traceback}``).
 
-Each call costs one pipe round trip more than an in-process call (tens of microseconds),
-which the W3 figures of these peers include.
+Each call costs one pipe round trip more than an in-process call (about 25 microseconds
+here, for a call that does nothing), which the W3 figures of these peers include.
 
 Standard library only: it runs in either venv.
 """
