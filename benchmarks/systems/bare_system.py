@@ -11,9 +11,13 @@ no database row, no acknowledgement, no retry; a worker that dies loses the ids 
 As many worker processes as the peers run (2, one per CPU of this machine). The whole
 comparison, medians of 3 on a quiet machine::
 
-    benchmarks/run.sh --runs 3 --workloads W1 W2 W3 --bodies noop redis sleep10 \\
-        --systems bare delayjobs celery huey rq procrastinate oban pgqueuer djqueue \\
-        django-tasks-db
+    benchmarks/run.sh --runs 3 --timeout 300 --workloads W1 W2 W3 \\
+        --bodies noop redis sleep10 --systems bare delayjobs celery huey rq \\
+        procrastinate oban pgqueuer djqueue django-tasks-db
+
+The floor holds for bodies that keep a CPU busy (noop, redis, http): it runs one body at a
+time per process, so bodies that wait (orm's commit, sleep10) leave it idle, and peers
+with threads go faster there.
 """
 
 from __future__ import annotations
