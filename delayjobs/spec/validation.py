@@ -28,6 +28,9 @@ KEY_MAX_LENGTH = max_length(DelayedJob, "key")
 #: The largest value of a PositiveIntegerField on PostgreSQL (integer) and MySQL; SQLite
 #: would take more, but a row must be valid on every database.
 MAX_ATTEMPTS_LIMIT = 2**31 - 1
+#: A job's priority: among jobs due together, higher starts first.
+PRIORITY_MIN = -100
+PRIORITY_MAX = 100
 SPEC_FIELDS = frozenset(
     {
         "job_type",
@@ -277,10 +280,15 @@ def check_max_lateness(value: Any) -> timedelta | None:
 
 
 def check_priority(value: Any) -> int:
-    """An int from -100 to 100 (higher starts first among jobs due together)."""
-    if isinstance(value, bool) or not isinstance(value, int) or not -100 <= value <= 100:
+    """An int from PRIORITY_MIN to PRIORITY_MAX (higher starts first among jobs due together)."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or not PRIORITY_MIN <= value <= PRIORITY_MAX
+    ):
         raise InvalidJob(
-            f"priority must be an int from -100 to 100, got {value!r}.", field="priority"
+            f"priority must be an int from {PRIORITY_MIN} to {PRIORITY_MAX}, got {value!r}.",
+            field="priority",
         )
     return value
 
