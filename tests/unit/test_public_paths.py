@@ -75,7 +75,7 @@ PINNED = [
     "delayjobs.admin.DelayedJobInline",
     "delayjobs.http.urls",
     "delayjobs.http.keys.create_api_key",
-    "delayjobs.http.views.api_docs",
+    "delayjobs.http.app.api_docs",
 ]
 
 #: Written into rows and results as ``module.qualname``: each must be *defined* there.
