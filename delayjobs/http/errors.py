@@ -91,8 +91,8 @@ def _invalid_job(request: HttpRequest, exc: InvalidJob) -> ApiError:
     # The job type's own message lists the registered ones: never to a client.
     detail = f"Unknown job type {exc.name!r}." if isinstance(exc, UnknownJobType) else str(exc)
     loc = ("jobs", exc.index) if exc.index is not None else ()
-    fields = {field_path((*loc, exc.field)): detail} if exc.field else {}
-    return ApiError("invalid", detail, fields=fields)
+    path = field_path((*loc, exc.field) if exc.field else loc)
+    return ApiError("invalid", detail, fields={path: detail} if path else {})
 
 
 def _http_error(request: HttpRequest, exc: HttpError) -> ApiError:

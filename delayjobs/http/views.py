@@ -122,11 +122,13 @@ def sent(body: BaseModel) -> dict[str, Any]:
     return {name: getattr(body, name) for name in body.model_fields_set}
 
 
-def shown(request: HttpRequest, job: DelayedJob) -> dict[str, Any]:
-    """The job as the caller may see it: every field, or only its id without the view
+def shown(request: HttpRequest, jobs: list[DelayedJob]) -> list[dict[str, Any]]:
+    """The jobs as the caller may see them: every field, or only their ids without the view
     permission (scheduling does not let a caller read jobs; a job found by key may be
     another service's)."""
-    return job_json(job) if caller(request).user.has_perm(VIEW) else {"id": job.pk}
+    if caller(request).user.has_perm(VIEW):  # once: a bulk request may have a thousand
+        return [job_json(job) for job in jobs]
+    return [{"id": job.pk} for job in jobs]
 
 
 def key_taken(request: HttpRequest, exc: DuplicateJob, field: str | None) -> ApiError:
@@ -163,7 +165,7 @@ def schedule_job(request: HttpRequest, body: ScheduleIn, response: HttpResponse)
         raise key_taken(request, exc, "key") from exc
     audit_scheduled(request, [job], moved)
     response["Location"] = request.build_absolute_uri(reverse(f"{NS}:job", args=[job.pk]))
-    return Status(201, shown(request, job))
+    return Status(201, shown(request, [job])[0])
 
 
 @operation("POST", "jobs/bulk/", [ADD], {201: Scheduled}, max_body=MAX_BULK_BODY_BYTES)
@@ -177,7 +179,7 @@ def schedule_jobs(request: HttpRequest, body: BulkScheduleIn) -> Status[Any]:
         index = next(i for i, spec in enumerate(specs) if spec.get("key") == exc.key)
         raise key_taken(request, exc, f"jobs.{index}.key") from exc
     audit_scheduled(request, jobs, moved)
-    return Status(201, {"jobs": [shown(request, job) for job in jobs]})
+    return Status(201, {"jobs": shown(request, jobs)})
 
 
 def prepare(
