@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -16,8 +15,8 @@ try:
     from ninja.errors import ValidationError
     from ninja.parser import Parser
     from ninja.renderers import JSONRenderer
-    from ninja.responses import NinjaJSONEncoder
     from pydantic import BaseModel
+    from pydantic_core import to_json
 except ImportError as exc:  # the http extra is not installed (pydantic comes with ninja)
     raise ImproperlyConfigured(
         "The HTTP API (delayjobs.http) runs on django-ninja: install the http extra, "
@@ -79,19 +78,13 @@ def _finite(text: str) -> float:
     return value
 
 
-class _Encoder(NinjaJSONEncoder):
-    def default(self, o: Any) -> Any:
-        # ISO 8601 in UTC with every digit (Django's would keep milliseconds only), and
-        # seconds (Django's would write an ISO 8601 duration).
-        if isinstance(o, datetime):
-            return o.astimezone(UTC).isoformat().replace("+00:00", "Z")
-        if isinstance(o, timedelta):
-            return o.total_seconds()
-        return super().default(o)
-
-
 class Renderer(JSONRenderer):
-    encoder_class = _Encoder
+    """JSON by pydantic's serializer: times in ISO 8601 with every digit (Django's encoder,
+    ninja's default, keeps milliseconds), durations in seconds, and in Rust, which a bulk
+    reply of a thousand jobs notices."""
+
+    def render(self, request: HttpRequest, data: Any, *, response_status: int) -> bytes:
+        return to_json(data, timedelta_mode="float")
 
 
 class DelayJobsAPI(NinjaAPI):
