@@ -4,7 +4,7 @@ from django.contrib import admin
 from django.urls import include, path
 from django.views.generic import RedirectView
 
-from delayjobs.http.views import api_docs
+from delayjobs.http.app import api_docs
 
 urlpatterns = [
     path("", RedirectView.as_view(pattern_name="meetings:list"), name="home"),

@@ -1,278 +1,184 @@
-"""The API's operations on django-ninja: pydantic models of the request bodies, which
-validate them and give the OpenAPI document their schemas, and ninja operations that run
-the handlers.
-
-``views.Endpoint`` still routes (each path with and without its slash, HEAD as GET,
-OPTIONS, a JSON 405 with Allow), authenticates, checks permissions and reads the body,
-in that order, because ninja does none of these as the API promises: its 405 is an HTML
-page, it answers neither HEAD nor OPTIONS, and it reads the body before any check of its
-own could refuse a caller. Each field's conversion (``fields.Kind``) is the pydantic
-validator of the field, so every message stays the API's own ("must be an integer from 1
-to 100, got 101."), not pydantic's ("Input should be less than or equal to 100").
-"""
+"""The API: one ``NinjaAPI``, with its strict JSON parser, its renderer, its exception
+handlers and its OpenAPI document (ninja's, with what ninja cannot know added)."""
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Annotated, Any
+import json
+import math
+from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse
 
 try:
-    from ninja import NinjaAPI
-    from ninja.errors import ValidationError, ValidationErrorContext
-    from ninja.openapi.docs import Swagger
-    from ninja.operation import Operation as NinjaOperation
+    from ninja import NinjaAPI, Swagger
+    from ninja.errors import ValidationError
     from ninja.parser import Parser
-    from pydantic import BaseModel, BeforeValidator, ConfigDict, create_model, model_validator
-    from pydantic import Field as PydanticField
+    from ninja.renderers import JSONRenderer
+    from pydantic import BaseModel
+    from pydantic_core import to_json
 except ImportError as exc:  # the http extra is not installed (pydantic comes with ninja)
     raise ImproperlyConfigured(
         "The HTTP API (delayjobs.http) runs on django-ninja: install the http extra, "
         "pip install 'django-delayjobs[http]'."
     ) from exc
 
-from delayjobs.http.errors import ApiError
-from delayjobs.http.field_types import FieldError
-from delayjobs.http.field_types import Schema as JsonSchema
-from delayjobs.http.fields import Body, Field, ListOf
-from delayjobs.http.invalid import invalid
+from delayjobs.conf import settings as conf
+from delayjobs.core.version import __version__
+from delayjobs.http import errors, views
+from delayjobs.payload import nesting_depth
 
-#: What answers once ninja has validated the body: given the body's fields (those sent).
-Respond = Callable[[dict[str, Any]], HttpResponse]
-
-
-@dataclass(frozen=True)
-class Handover:
-    """What ``views`` hands to a ninja operation with the request: the operation, the body
-    as decoded JSON (None: no body), and what answers once the body is valid."""
-
-    operation: Any
-    json_value: Any
-    respond: Respond
+#: Levels a request body adds around a payload: {"jobs": [{"payload": ...}]}.
+BODY_ENVELOPE_DEPTH = 3
+JSON_CONTENT_TYPE = "application/json"
 
 
-def handover(request: HttpRequest) -> Handover:
-    return request.delayjobs_handover  # type: ignore[attr-defined]
+class StrictJSON(Parser):
+    """Bodies as strict JSON, UTF-8, sent as application/json: a name twice, NaN, Infinity
+    or a number beyond a double, or nesting deeper than any payload may, is refused
+    (``malformed``), where Python's json would take them (and which of two values a
+    parser keeps differs between libraries)."""
+
+    def parse_body(self, request: HttpRequest) -> Any:
+        charset = (request.content_params or {}).get("charset", "utf-8").lower()
+        given = (request.content_type or "").lower(), charset.replace("-", "")
+        if given != (JSON_CONTENT_TYPE, "utf8"):
+            raise errors.ApiError("unsupported_media_type", "Send application/json in UTF-8.")
+        try:
+            value = json.loads(
+                request.body.decode("utf-8"),
+                object_pairs_hook=_refuse_duplicates,
+                parse_constant=_refuse,
+                parse_float=_finite,
+            )
+        except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+            raise errors.ApiError("malformed", f"The body is not strict JSON: {exc}") from None
+        limit = conf.MAX_PAYLOAD_DEPTH + BODY_ENVELOPE_DEPTH
+        if nesting_depth(value, limit) > limit:
+            raise errors.ApiError("malformed", f"The body nests more than {limit} levels deep.")
+        return value
 
 
-def run(
-    operations: dict[str, NinjaOperation],
-    request: HttpRequest,
-    path: dict[str, Any],
-    given: Handover,
-) -> HttpResponse:
-    """The ninja operation's response: the body validated, then ``given.respond``'s."""
-    request.delayjobs_handover = given  # type: ignore[attr-defined]
-    response = operations[given.operation.operation_id].run(request, **path)
-    return response  # type: ignore[return-value]  # ninja's views always answer HttpResponse
+def _refuse_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result = dict(pairs)
+    if len(result) < len(pairs):
+        raise ValueError("a name appears twice in an object")
+    return result
 
 
-class RequestModel(BaseModel):
-    """A request body: unknown fields are refused, not ignored (a typo must not pass).
-
-    A plain pydantic model, not ninja's Schema: Schema wraps every object it validates so
-    that it can read Django models' attributes, which made a bulk request of 500 jobs
-    take 40 ms to validate instead of 5 (measured): bodies are JSON, never models."""
-
-    model_config = ConfigDict(extra="forbid")
+def _refuse(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
 
 
-def _model_name(body: Body) -> str:
-    return "".join(word.capitalize() for word in body.name.split())
-
-
-def _field_schema(item: Field) -> Callable[[dict[str, Any]], None]:
-    # Called each time the document is built: some bounds depend on settings and on the
-    # date (the latest run_at). Pydantic's own schema of Any (a title) is replaced whole.
-    def replace(schema: dict[str, Any]) -> None:
-        schema.clear()
-        schema.update(item.schema())
-        if "$ref" in schema:  # pydantic would look it up among its own models
-            schema[_REF] = schema.pop("$ref")
-
-    return replace
-
-
-def _annotation(item: Field) -> Any:
-    if isinstance(item.kind, ListOf):
-        items = request_model(item.kind.body)
-        return Annotated[
-            list[items],  # type: ignore[valid-type]
-            PydanticField(
-                min_length=1, max_length=item.kind.max_items, description=item.description
-            ),
-        ]
-    return Annotated[
-        Any, BeforeValidator(item.convert), PydanticField(json_schema_extra=_field_schema(item))
-    ]
-
-
-#: Each body's model, by the body's name: one model per body, shared by its operations.
-_MODELS: dict[str, type[RequestModel]] = {}
-
-
-def request_model(body: Body) -> type[RequestModel]:
-    """The pydantic model of ``body``: its fields, with the API's conversions and messages,
-    and the rules across them."""
-    if body.name in _MODELS:
-        return _MODELS[body.name]
-
-    def rules(model: RequestModel) -> RequestModel:
-        # The fields sent, read off the model: a model_dump() per job cost a bulk request
-        # of 500 jobs 6 ms (measured), 5% of its time.
-        sent = {name: getattr(model, name) for name in model.model_fields_set}
-        errors = body.cross_field_errors(sent)
-        if errors:
-            raise FieldError(f"Invalid {body.name}.", errors)
-        return model
-
-    def rules_schema(schema: dict[str, Any]) -> None:
-        # Pydantic titles each property after its name: the descriptions say more.
-        schema.pop("title", None)
-        for item in schema.get("properties", {}).values():
-            item.pop("title", None)
-        schema.update(body.rules_schema())
-
-    fields: dict[str, Any] = {
-        item.name: (_annotation(item), ... if item.required else None) for item in body.fields
-    }
-    validators: dict[str, Any] = {"rules": model_validator(mode="after")(rules)}
-    model = create_model(
-        _model_name(body), __base__=RequestModel, __validators__=validators, **fields
-    )
-    model.model_config["json_schema_extra"] = rules_schema
-    model.model_rebuild(force=True)
-    _MODELS[body.name] = model
-    return model
-
-
-#: A field's "$ref" to one of the document's components, while pydantic builds the schema.
-_REF = "x-delayjobs-ref"
-
-
-def body_schema(body: Body) -> tuple[JsonSchema, dict[str, JsonSchema]]:
-    """The body's JSON Schema, and the component schemas it refers to (a bulk request's
-    items), as pydantic makes them."""
-    schema = _restore_refs(
-        request_model(body).model_json_schema(ref_template="#/components/schemas/{model}")
-    )
-    return schema, schema.pop("$defs", {})
-
-
-def _restore_refs(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {"$ref" if key == _REF else key: _restore_refs(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_restore_refs(item) for item in value]
+def _finite(text: str) -> float:
+    # 1e400 is valid JSON, but no double holds it: Python would read it as infinity.
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text[:40]} is beyond a 64-bit float")
     return value
 
 
-# The ninja API ---------------------------------------------------------------------------
+class Renderer(JSONRenderer):
+    """JSON by pydantic's serializer: times in ISO 8601 with every digit (Django's encoder,
+    ninja's default, keeps milliseconds), durations in seconds, and in Rust, which a bulk
+    reply of a thousand jobs notices."""
+
+    def render(self, request: HttpRequest, data: Any, *, response_status: int) -> bytes:
+        return to_json(data, timedelta_mode="float")
 
 
-class _Decoded(Parser):
-    """The body as ``views`` decoded it, by the API's stricter rules (no duplicate names,
-    no NaN, no number beyond a double, a bounded depth): ninja's json.loads takes all."""
+class DelayJobsAPI(NinjaAPI):
+    def get_openapi_operation_id(self, operation: Any) -> str:
+        """The view's name in camelCase: schedule_job is scheduleJob."""
+        first, *rest = operation.view_func.__name__.split("_")
+        return first + "".join(word.capitalize() for word in rest)
 
-    def parse_body(self, request: HttpRequest) -> Any:
-        return handover(request).json_value
+    def validation_error_from_error_contexts(self, error_contexts: list[Any]) -> ValidationError:
+        """Each error located as the request names it: the view's parameter that holds a
+        schema (the body, the list's query) is no part of a field's path."""
+        errors = []
+        for context in error_contexts:
+            params = context.model.model_fields
+            for error in context.pydantic_validation_error.errors(include_url=False):
+                loc = error["loc"]
+                held = params[loc[0]].annotation if loc and loc[0] in params else None
+                if isinstance(held, type) and issubclass(held, BaseModel):
+                    loc = loc[1:]
+                errors.append({"loc": loc, "msg": error["msg"]})
+        return ValidationError(errors)
+
+    def get_openapi_schema(self, **kwargs: Any) -> Any:
+        """ninja's document, with what its declarations cannot say: the payload's schema
+        (recursive) and what each error status means."""
+        document = super().get_openapi_schema(**kwargs)
+        schemas = document["components"]["schemas"]
+        schemas["Payload"] = payload_schema()
+        payload = schemas["ScheduleIn"]["properties"]["payload"]
+        payload.update({"$ref": "#/components/schemas/Payload"})
+        for methods in document["paths"].values():
+            for operation in methods.values():
+                for status, response in operation["responses"].items():
+                    if int(status) in ERROR_CODES:
+                        response["description"] += f": {ERROR_CODES[int(status)]}"
+                    if int(status) in HEADERS:
+                        response["headers"] = HEADERS[int(status)]
+        return document
 
 
-class _Api(NinjaAPI):
-    def validation_error_from_error_contexts(
-        self, error_contexts: list[ValidationErrorContext[Any]]
-    ) -> ValidationError:
-        # Ninja's own turns each error's exception into text and drops what was sent; the
-        # API's messages need both (a rule's fields, the JSON type of the value).
-        return ValidationError(
-            [
-                dict(error)
-                for context in error_contexts
-                for error in context.pydantic_validation_error.errors(include_url=False)
-            ]
-        )
+#: Each error status: the codes it may carry.
+ERROR_CODES = {
+    status: ", ".join(code for code, at in errors.ERRORS.items() if at == status)
+    for status in errors.ERRORS.values()
+}
+HEADERS = {
+    401: {"WWW-Authenticate": {"schema": {"type": "string"}}},
+    405: {"Allow": {"description": "The methods the URL takes.", "schema": {"type": "string"}}},
+    503: {"Retry-After": {"schema": {"type": "string"}}},
+}
 
 
-def _reraise(request: HttpRequest, exc: Any) -> HttpResponse:
-    # views.Endpoint answers the JSON 500 and logs it, for errors outside ninja too.
-    raise exc
-
-
-def build(operations: Sequence[Any]) -> dict[str, NinjaOperation]:
-    """A ninja operation for each of the API's ``operations`` (openapi.Operation), by
-    operationId: it validates the body, then answers with the request's Handover."""
-    api = _Api(
-        title="delayjobs", parser=_Decoded(), urls_namespace="delayjobs_ninja", docs_url=None
-    )
-    for operation in operations:
-        api.default_router.add_api_operation(
-            operation.route.replace("<int:job_id>", "{job_id}"),
-            [operation.method],
-            _view(operation),
-            operation_id=operation.operation_id,
-            url_name=operation.name,
-        )
-
-    def validation_error(request: HttpRequest, exc: Any) -> HttpResponse:
-        return invalid(handover(request).operation.body, list(exc.errors)).response()
-
-    def api_error(request: HttpRequest, exc: Any) -> HttpResponse:
-        return exc.response()
-
-    api.add_exception_handler(ValidationError, validation_error)
-    api.add_exception_handler(ApiError, api_error)
-    api.add_exception_handler(Exception, _reraise)
-    # Private to ninja, but the only way to the operations bound to the API, which run.
+def payload_schema() -> dict[str, Any]:
+    """Any JSON value the database stores: no NUL in its strings or names. Its depth and
+    size limits are in words and extension keywords: JSON Schema counts nesting only by a
+    schema per level, and 65 of them make tools that generate requests (Schemathesis) hang."""
+    itself = {"$ref": "#/components/schemas/Payload"}
+    no_nul = {"type": "string", "pattern": "^[^\\x00]*$"}
     return {
-        str(operation.operation_id): operation
-        for router in api._get_bound_routers()
-        for path_view in router.path_operations.values()
-        for operation in path_view.operations
+        "anyOf": [
+            {"type": ["null", "boolean", "number"]},
+            no_nul,
+            {"type": "array", "items": itself},
+            {"type": "object", "propertyNames": no_nul, "additionalProperties": itself},
+        ],
+        "description": f"Any JSON value without NUL characters, nesting at most "
+        f"{conf.MAX_PAYLOAD_DEPTH} levels deep, at most {conf.MAX_PAYLOAD_BYTES} bytes.",
+        "x-maxDepth": conf.MAX_PAYLOAD_DEPTH,
+        "x-maxBytes": conf.MAX_PAYLOAD_BYTES,
     }
 
 
-def _view(operation: Any) -> Callable[..., HttpResponse]:
-    def view(request: HttpRequest, **values: Any) -> HttpResponse:
-        body = values.get("body")
-        # Only the fields sent: an absent field is the API's default, not None.
-        return handover(request).respond(body.model_dump(exclude_unset=True) if body else {})
-
-    parameters = [inspect.Parameter("request", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
-    if "<int:job_id>" in operation.route:
-        parameters.append(
-            inspect.Parameter("job_id", inspect.Parameter.KEYWORD_ONLY, annotation=int)
-        )
-    if operation.body is not None:
-        parameters.append(
-            inspect.Parameter(
-                "body",
-                inspect.Parameter.KEYWORD_ONLY,
-                annotation=request_model(operation.body),
-                default=inspect.Parameter.empty if operation.body_required else None,
-            )
-        )
-    view.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
-    view.__name__ = operation.operation_id
-    return view
+api = DelayJobsAPI(
+    title="delayjobs",
+    version=__version__,
+    description=(
+        "Schedule, read, cancel, reschedule and retry delayed jobs. Every operation needs "
+        "an API key (Authorization: Bearer dj_...) or the Django session of a staff user "
+        "(with X-CSRFToken for POST), and the permissions it names (x-permissions). Errors "
+        "share one shape (Error): its error code and its fields' paths stay, its wording "
+        "may change. Request bodies refuse unknown fields."
+    ),
+    urls_namespace=views.NS,
+    docs_url=None,
+    parser=StrictJSON(),
+    renderer=Renderer(),
+)
+api.add_router("", views.router)
+errors.install(api)
 
 
-class _Swagger(Swagger):
-    def __init__(self, document_url: str) -> None:
-        super().__init__()
-        self.document_url = document_url
-
-    def get_openapi_url(self, api: NinjaAPI, path_params: dict[str, Any]) -> str:
-        # The API's own document, not one of ninja's: ninja serves no URL of this API.
-        return self.document_url
-
-
-def docs_page(
-    request: HttpRequest, document_url: str, operations: dict[str, NinjaOperation]
-) -> HttpResponse:
-    """ninja's Swagger UI page, reading the document at ``document_url``."""
-    api = next(iter(operations.values())).api
-    return _Swagger(document_url).render_page(request, api)
+def api_docs(request: HttpRequest) -> HttpResponse:
+    """Swagger UI, django-ninja's, on the API's document. Mount it where the project likes,
+    outside the API's own URLs (any other path under the mount point is a JSON 404):
+    ``path("delayjobs/api-docs/", api_docs)``. The page is as public as the document;
+    trying an operation out needs a key or a staff session."""
+    return Swagger().render_page(request, api)

@@ -8,40 +8,38 @@ from typing import Any
 
 from django.apps import apps
 from django.contrib.contenttypes.models import ContentType
+from django.http import HttpRequest
 from django.utils.translation import gettext
 
-from delayjobs.http.call import Call
-from delayjobs.http.serialize import iso
+from delayjobs.http.schemas import iso
 from delayjobs.models import DelayedJob
 
 
-def audit_scheduled(call: Call, jobs: Sequence[DelayedJob], moved: dict[int, Any]) -> None:
+def audit_scheduled(
+    request: HttpRequest, jobs: Sequence[DelayedJob], moved: dict[int, Any]
+) -> None:
     """The log entries of a schedule: "scheduled" for each new job, "moved" for each job
     a replace moved (``moved``: when each was due before)."""
-    scheduled = gettext("Scheduled through the HTTP API (%(actor)s).") % {"actor": call.actor}
+    actor = request.auth.actor  # type: ignore[attr-defined]
+    scheduled = gettext("Scheduled through the HTTP API (%(actor)s).") % {"actor": actor}
     replaced = gettext(
         "Moved through the HTTP API by a schedule with replace, from %(old)s to %(new)s "
         "(%(actor)s)."
     )
+    audit(request, [(job, scheduled) for job in jobs if job.pk not in moved], added=True)
     audit(
-        call,
-        [(job, scheduled) for job in jobs if job.pk not in moved],
-        added=True,
-    )
-    audit(
-        call,
+        request,
         [
-            (
-                job,
-                replaced % {"old": iso(moved[job.pk]), "new": iso(job.run_at), "actor": call.actor},
-            )
+            (job, replaced % {"old": iso(moved[job.pk]), "new": iso(job.run_at), "actor": actor})
             for job in jobs
             if job.pk in moved
         ],
     )
 
 
-def audit(call: Call, entries: Sequence[tuple[DelayedJob, str]], *, added: bool = False) -> None:
+def audit(
+    request: HttpRequest, entries: Sequence[tuple[DelayedJob, str]], *, added: bool = False
+) -> None:
     """An admin log entry per job, as the admin's actions write: the user, and a message
     naming the API and the key (or session) used. Nothing without django.contrib.admin."""
     if not entries or not apps.is_installed("django.contrib.admin"):
@@ -52,7 +50,7 @@ def audit(call: Call, entries: Sequence[tuple[DelayedJob, str]], *, added: bool 
     LogEntry.objects.bulk_create(
         [
             LogEntry(
-                user_id=call.user.pk,
+                user_id=request.auth.user.pk,  # type: ignore[attr-defined]
                 content_type_id=content_type.pk,
                 object_id=str(job.pk),
                 object_repr=str(job)[:200],

@@ -1,14 +1,12 @@
-"""Who makes a request: an API key (``Authorization: Bearer``) or a Django session.
+"""Who may call an operation, and how much they may send: ninja auth classes, which run
+before ninja reads the body. Once the caller is known: its permissions (403), then the
+body's declared length (413), so that neither costs a read.
 
-A request that carries an ``Authorization`` header is judged by that header alone: a bad
-key is refused even if a session cookie came along, so a service never acts as whoever
-last logged in to the browser it shares. Session requests with unsafe methods must pass
-Django's CSRF check; key requests are exempt, since a browser never adds a Bearer header
-to a forged request by itself.
-
-A session counts only for staff users (``is_staff``), as in the admin: the API is a tool
-of the site's operators, not of every logged-in visitor. Keys need not belong to staff:
-a service's user is usually a plain account with only the permissions it needs.
+A request with an ``Authorization`` header is judged by that header alone: a service never
+acts as whoever last logged in to the browser it shares. A session counts only for staff
+users, as in the admin, and must pass Django's CSRF check for unsafe methods (a browser
+never adds a Bearer header by itself). A key's user need not be staff: a service's user is
+usually a plain account with only the permissions it needs.
 """
 
 from __future__ import annotations
@@ -16,82 +14,119 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from django.http import HttpRequest, HttpResponse
-from django.middleware.csrf import CsrfViewMiddleware
+from django.conf import settings
+from django.http import HttpRequest
+from django.utils.translation import gettext
+from ninja.security import APIKeyCookie, HttpBearer
+from ninja.utils import check_csrf
 
 from delayjobs import api_keys as keys
-from delayjobs.http.errors import ApiError
+from delayjobs.http.errors import ApiError, unauthenticated
 from delayjobs.models import ApiKey
 
-#: The challenge of every 401, as RFC 6750 asks.
-CHALLENGE = 'Bearer realm="delayjobs"'
+#: The largest body of one request; a job's payload is at most 64 KiB by default
+#: (DELAYJOBS["MAX_PAYLOAD_BYTES"]), so this leaves room for the rest and more.
+MAX_BODY_BYTES = 1024 * 1024
+#: A bulk request carries up to a thousand jobs.
+MAX_BULK_BODY_BYTES = 8 * 1024 * 1024
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
+#: The permissions operations need: the admin's, as app_label.codename.
+VIEW = "delayjobs.view_delayedjob"
+ADD = "delayjobs.add_delayedjob"
+CANCEL = "delayjobs.cancel_delayedjob"
+RESCHEDULE = "delayjobs.reschedule_delayedjob"
+RETRY = "delayjobs.retry_delayedjob"
 
 
 @dataclass(frozen=True)
 class Identity:
+    """``request.auth`` of an authenticated request."""
+
     user: Any
     #: The key used, or None for a session.
     api_key: ApiKey | None
 
-
-def authenticate(request: HttpRequest) -> Identity:
-    """The request's identity; ApiError (401, or 403 for CSRF) if it has none."""
-    header = request.META.get("HTTP_AUTHORIZATION")
-    if header is not None:
-        return _from_bearer(header)
-    user = getattr(request, "user", None)  # None without AuthenticationMiddleware
-    if user is not None and user.is_authenticated and user.is_active:
-        if not user.is_staff:
-            raise unauthenticated(
-                "A session authenticates only staff users; send 'Authorization: Bearer <key>'."
-            )
-        if request.method not in SAFE_METHODS:
-            _check_csrf(request)
-        return Identity(user, None)
-    raise unauthenticated(
-        "Authentication credentials were not provided: send 'Authorization: Bearer <key>'."
-    )
+    @property
+    def actor(self) -> str:
+        """How the caller authenticated, for the audit log: the key's name, or a session."""
+        if self.api_key is None:
+            return gettext("session")
+        return gettext("API key %(name)r") % {"name": self.api_key.name}
 
 
-def unauthenticated(detail: str) -> ApiError:
-    return ApiError("not_authenticated", detail, headers={"WWW-Authenticate": CHALLENGE})
+@dataclass(frozen=True)
+class Gate:
+    """What an operation asks of an authenticated caller: its permissions, and at most
+    ``max_body`` bytes of body (or Django's DATA_UPLOAD_MAX_MEMORY_SIZE, if smaller, which
+    Django enforces as it reads)."""
+
+    permissions: tuple[str, ...]
+    #: None: the operation reads no body, and ninja never will.
+    max_body: int | None
+
+    def admit(self, request: HttpRequest, user: Any, api_key: ApiKey | None) -> Identity:
+        if not user.has_perms(self.permissions):
+            needed = " and ".join(self.permissions)
+            raise ApiError("permission_denied", f"This operation needs {needed}.")
+        try:
+            declared = int(request.META.get("CONTENT_LENGTH") or 0)
+        except ValueError:
+            declared = 0
+        if self.max_body is not None and declared > self.max_body:
+            raise ApiError("too_large", f"The body is over the limit of {self.max_body} bytes.")
+        return Identity(user, api_key)
 
 
-def _from_bearer(header: str) -> Identity:
-    scheme, _space, token = header.strip().partition(" ")
-    token = token.strip()
-    if scheme.lower() != "bearer" or not token or " " in token:
-        raise unauthenticated("Malformed Authorization header: expected 'Bearer <key>'.")
-    # find_key checks the key's format before it queries: junk never reaches the database.
-    key = keys.find_key(token)
-    # One message for an unknown prefix and a wrong secret: neither helps a guesser.
-    if key is None:
-        raise unauthenticated("Invalid API key.")
-    if not key.is_active:
-        raise unauthenticated("This API key has been revoked.")
-    if not key.user.is_active:
-        raise unauthenticated("The user of this API key is inactive.")
-    keys.touch(key)
-    return Identity(key.user, key)
+class ApiKeyAuth(HttpBearer):
+    """``Authorization: Bearer dj_<prefix>_<secret>`` (``manage.py create_delay_api_key``)."""
+
+    openapi_bearerFormat = "dj_<prefix>_<secret>"  # noqa: N815  (the OpenAPI name)
+
+    def __init__(self, gate: Gate) -> None:
+        self.gate = gate
+        super().__init__()
+
+    def __call__(self, request: HttpRequest) -> Identity | None:
+        header = request.headers.get("Authorization")
+        if header is None:
+            return None
+        scheme, _space, token = header.strip().partition(" ")
+        if scheme.lower() != "bearer":
+            raise unauthenticated("Malformed Authorization header: expected 'Bearer <key>'.")
+        return self.authenticate(request, token.strip())
+
+    def authenticate(self, request: HttpRequest, token: str) -> Identity:
+        # find_key checks the key's format before it queries: junk never reaches the database.
+        key = keys.find_key(token)
+        if key is None or not key.is_active or not key.user.is_active:
+            # One answer for all: neither helps a guesser.
+            raise unauthenticated("Invalid, revoked or inactive API key.")
+        keys.touch(key)
+        return self.gate.admit(request, key.user, key)
 
 
-class _CsrfCheck(CsrfViewMiddleware):
-    """Django's own CSRF check, run on demand, giving the reason instead of a 403 page."""
+class StaffSessionAuth(APIKeyCookie):
+    """A logged-in Django session of a staff user; unsafe methods need X-CSRFToken."""
 
-    def _reject(self, request: HttpRequest, reason: str) -> Any:
-        return reason
+    param_name = settings.SESSION_COOKIE_NAME
+
+    def __init__(self, gate: Gate) -> None:
+        self.gate = gate
+        super().__init__(csrf=False)  # checked below, for staff sessions only
+
+    def authenticate(self, request: HttpRequest, key: str | None) -> Identity | None:
+        # Only without an Authorization header: ApiKeyAuth, first, judges any.
+        user = getattr(request, "user", None)  # None without AuthenticationMiddleware
+        if user is None or not user.is_authenticated:
+            return None
+        if not user.is_staff or not user.is_active:
+            raise unauthenticated("A session authenticates only active staff users.")
+        if request.method not in SAFE_METHODS and check_csrf(request):
+            raise ApiError("csrf_failed", "CSRF check failed: send the X-CSRFToken header.")
+        return self.gate.admit(request, user, None)
 
 
-def _no_response(request: HttpRequest) -> HttpResponse:
-    """The view the CSRF check is run around; never called: the check only compares."""
-    raise AssertionError("the CSRF check called its view")
-
-
-def _check_csrf(request: HttpRequest) -> None:
-    check = _CsrfCheck(_no_response)
-    # process_request reads the CSRF cookie (or session) that process_view compares.
-    check.process_request(request)
-    reason = check.process_view(request, _no_response, (), {})
-    if reason:
-        raise ApiError("csrf_failed", f"CSRF check failed: {reason}")
+def access(*permissions: str, max_body: int | None) -> list[Any]:
+    """The auth of an operation needing ``permissions``: a key, or a staff session."""
+    gate = Gate(permissions, max_body)
+    return [ApiKeyAuth(gate), StaffSessionAuth(gate)]

@@ -1,230 +1,349 @@
-"""One view per route: method, authentication, permission, body and query, then the
-operation's handler, in that order; every refusal is a JSON error and changes nothing."""
+"""The API's operations: ninja views that call the public API (``delayjobs.api``), which
+keeps every rule of a valid job and of each transition.
+
+Each operation names its permissions (checked, with the body's size, before ninja reads
+the body: ``auth.access``), its schemas and the errors it may answer; the OpenAPI document
+is ninja's, made from the same declarations. A write runs in one transaction: refused
+half-way, it leaves nothing behind, and its jobs reach Redis only once it commits.
+"""
 
 from __future__ import annotations
 
-import logging
-import re
-import secrets
-from collections.abc import Sequence
+import functools
+import inspect
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from django.core.exceptions import BadRequest, RequestDataTooBig, SuspiciousOperation
-from django.db import OperationalError, transaction
-from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.http.multipartparser import MultiPartParserError
+from django.contrib.contenttypes.models import ContentType
+from django.db import transaction
+from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
-from django.utils.cache import add_never_cache_headers
+from django.utils.translation import gettext
+from ninja import Path, Query, Router, Status
+from pydantic import BaseModel
 
-from delayjobs.exceptions import (
-    DelayJobsError,
-    DuplicateJob,
-    InvalidJob,
-    InvalidTransition,
-    JobNotFound,
-    UnknownJobType,
+from delayjobs import api
+from delayjobs.exceptions import DuplicateJob, InvalidTransition, JobNotFound, UnknownJobType
+from delayjobs.http.audit import audit, audit_scheduled
+from delayjobs.http.auth import (
+    ADD,
+    CANCEL,
+    MAX_BODY_BYTES,
+    MAX_BULK_BODY_BYTES,
+    RESCHEDULE,
+    RETRY,
+    VIEW,
+    Identity,
+    access,
 )
-from delayjobs.http import app
-from delayjobs.http.auth import authenticate
-from delayjobs.http.bodies import BULK_SCHEDULE, SCHEDULE
-from delayjobs.http.call import Call, Reply
 from delayjobs.http.errors import ApiError
-from delayjobs.http.fields import parse_query
-from delayjobs.http.handlers import key_taken
-from delayjobs.http.openapi import OPERATIONS
-from delayjobs.http.operation import Operation, describe_permissions
-from delayjobs.http.reading import read_body
-from delayjobs.models import jobs_database
-from delayjobs.validation import SPEC_FIELDS
+from delayjobs.http.schemas import (
+    MAX_ID,
+    BulkScheduleIn,
+    CancelByKeyIn,
+    Error,
+    Job,
+    JobDetail,
+    JobList,
+    JobOrId,
+    ListQuery,
+    RescheduleIn,
+    Scheduled,
+    ScheduleIn,
+    iso,
+    job_json,
+)
+from delayjobs.jobtypes import registry
+from delayjobs.models import DelayedJob, jobs_database
 
-#: "specs[3]: ..." in schedule_many()'s messages is "jobs[3]" in the bulk request.
-SPEC_INDEX = re.compile(r"^specs\[(\d+)\]: ")
-#: deadlock_detected and serialization_failure: the transaction was rolled back whole.
-RETRYABLE_SQLSTATES = frozenset({"40P01", "40001"})
-#: The argument an InvalidJob message is about: its first word ("key must be ...").
-FIRST_WORD = re.compile(r"^(?:The )?(\w+)")
-
-
-class Endpoint:
-    """The view of one route, dispatching to its operations by HTTP method.
-
-    HEAD is answered as GET (the server drops the body), as Django's own views do; OPTIONS
-    answers 204 with the Allow header, without authentication (the OpenAPI document,
-    public too, says the same).
-    """
-
-    #: Django's CSRF middleware leaves these requests alone: authentication checks CSRF
-    #: itself, for session requests only (API keys are not sent by browsers on their own).
-    csrf_exempt = True
-    #: Django's LoginRequiredMiddleware leaves them alone too: a key request has no
-    #: session, and authentication answers 401 in JSON, not a redirect to a login page.
-    login_required = False
-
-    def __init__(self, operations: Sequence[Operation]) -> None:
-        self.operations = {operation.method: operation for operation in operations}
-        methods = list(self.operations)
-        if "GET" in methods:
-            methods.append("HEAD")
-        self.allowed = ", ".join([*methods, "OPTIONS"])
-
-    def __call__(self, request: HttpRequest, **path: Any) -> HttpResponse:
-        try:
-            response = self._respond(request, path)
-        except ApiError as exc:
-            response = exc.response()
-        except RequestDataTooBig:  # while the CSRF check parsed a form body
-            response = ApiError("too_large", "The body is over Django's size limits.").response()
-        except (SuspiciousOperation, BadRequest, MultiPartParserError) as exc:
-            # Django refusing to parse the query or a form body (too many fields, a broken
-            # multipart body): a JSON 400 too, never Django's HTML page.
-            response = ApiError("invalid", f"The request could not be read: {exc}").response()
-        except Exception:
-            response = server_error(request)
-        # Job state changes by the millisecond and depends on who asks: never cache it.
-        add_never_cache_headers(response)
-        return response
-
-    def _respond(self, request: HttpRequest, path: dict[str, Any]) -> HttpResponse:
-        method = request.method or ""
-        if method == "OPTIONS":
-            return HttpResponse(status=204, headers={"Allow": self.allowed})
-        operation = self.operations.get("GET" if method == "HEAD" else method)
-        if operation is None:
-            raise ApiError(
-                "method_not_allowed",
-                f"{method} is not allowed here; use {self.allowed}.",
-                headers={"Allow": self.allowed},
-            )
-        user = api_key = None
-        needed = operation.permissions()
-        if needed:
-            identity = authenticate(request)
-            user, api_key = identity.user, identity.api_key
-            if not user.has_perms(needed):
-                raise ApiError(
-                    "permission_denied",
-                    f"This operation needs {describe_permissions(needed)}.",
-                )
-        # The body is read here, before ninja: its limits and its JSON are the API's own.
-        json_value = read_body(request, operation)
-
-        def respond(body: dict[str, Any]) -> HttpResponse:
-            # Called by the ninja operation, with the body its pydantic model validated.
-            query = parse_query(request.GET, operation.query)
-            call = Call(request, user, path=path, body=body, query=query, api_key=api_key)
-            reply = run(operation, call)
-            response = JsonResponse(reply.data, status=reply.status, safe=False)
-            for name, value in reply.headers.items():
-                response[name] = value
-            return response
-
-        return app.run(NINJA, request, path, app.Handover(operation, json_value, respond))
+#: The URL namespace of the API (``delayjobs.http.urls``).
+NS = "delayjobs_api"
+router = Router()
+#: A job's id in a path: a larger one cannot exist.
+JobId = Path(..., le=MAX_ID)
+View = Callable[..., Any]
 
 
-logger = logging.getLogger(__name__)
+def operation(
+    method: str,
+    path: str,
+    permissions: Sequence[str],
+    response: dict[int, Any],
+    *,
+    max_body: int = MAX_BODY_BYTES,
+    finds_job: bool = False,
+    **options: Any,
+) -> Callable[[View], View]:
+    """Registers the view as a ninja operation needing ``permissions``; a GET also answers
+    HEAD (the server drops the body). A POST writes, in one transaction: a deadlock may
+    roll it back (503), a job's state or key may conflict (409). A view with a ``body``
+    reads one, of at most ``max_body`` bytes (413, 415). A job named by its id in the path,
+    or ``finds_job`` otherwise, may not exist (404)."""
+
+    def register(view: View) -> View:
+        body = "body" in inspect.signature(view).parameters
+        statuses = {400, 401, 403, 405, 422, 500}
+        statuses |= {413, 415} if body else set()
+        statuses |= {409, 503} if method == "POST" else set()
+        statuses |= {404} if "job_id" in path or finds_job else set()
+        common: dict[str, Any] = {
+            "auth": access(*permissions, max_body=max_body if body else None),
+            "response": {**response, tuple(sorted(statuses)): Error},
+        }
+        options["openapi_extra"] = {
+            "x-permissions": list(permissions),
+            **options.get("openapi_extra", {}),
+        }
+        view = in_transaction(view) if method == "POST" else view
+        router.add_api_operation(path, [method], view, **options, **common)
+        if method == "GET":
+            router.add_api_operation(path, ["HEAD"], view, include_in_schema=False, **common)
+        return view
+
+    return register
 
 
-def server_error(request: HttpRequest) -> HttpResponse:
-    """A JSON 500 for an error nobody foresaw, never Django's HTML page: the client gets an
-    id to quote, the log has the same id with the traceback."""
-    error_id = secrets.token_hex(6)
-    logger.exception("HTTP API error %s on %s %s", error_id, request.method, request.path)
-    return ApiError(
-        "server_error",
-        f"An unexpected error ({error_id}); nothing more is known here. Quote the id to the "
-        f"service's operators: their log has it.",
-        extra={"id": error_id},
-    ).response()
-
-
-class NotFound:
-    """Every other URL under the mount point: a JSON 404, not Django's HTML page (and no
-    APPEND_SLASH redirect, which would turn a POST into a GET without its body)."""
-
-    csrf_exempt = True
-    login_required = False
-
-    def __call__(self, request: HttpRequest, **path: Any) -> HttpResponse:
-        response = ApiError(
-            "not_found",
-            f"No such URL: {request.path}. The API's paths are in its openapi.json.",
-        ).response()
-        add_never_cache_headers(response)
-        return response
-
-
-def run(operation: Operation, call: Call) -> Reply:
-    """The handler's reply; a refusal of the API becomes an ApiError, after a rollback."""
-    try:
-        if not operation.writes:
-            return operation.handler(call)
-        # One transaction: an operation refused half-way leaves nothing behind.
+def in_transaction(view: View) -> View:
+    @functools.wraps(view)
+    def run(request: HttpRequest, **values: Any) -> Any:
         with transaction.atomic(using=jobs_database()):
-            return operation.handler(call)
-    except OperationalError as exc:
-        # Two requests locking the same keys in opposite orders (bulk, replace): PostgreSQL
-        # rolls one back. Nothing of it was written, and sent again it will pass.
-        if getattr(exc.__cause__, "sqlstate", None) not in RETRYABLE_SQLSTATES:
-            raise
-        raise ApiError(
-            "try_again",
-            "A concurrent request held the same jobs and the database rolled this one "
-            "back to break the deadlock; nothing was changed. Send it again.",
-            headers={"Retry-After": "1"},
-        ) from exc
-    except DelayJobsError as exc:
-        scheduling = operation.body in (SCHEDULE, BULK_SCHEDULE)
-        raise api_error(exc, can_view=call.can_view, scheduling=scheduling) from exc
+            return view(request, **values)
+
+    return run
 
 
-def api_error(exc: DelayJobsError, *, can_view: bool = False, scheduling: bool = False) -> ApiError:
-    """The response to an exception of ``delayjobs.api``. The job holding a key is named
-    only to callers who may view jobs."""
-    detail = SPEC_INDEX.sub(r"jobs[\1]: ", str(exc))
-    if isinstance(exc, UnknownJobType):
-        # The API's own message: never the list of registered job types.
-        index = SPEC_INDEX.match(str(exc))
-        detail = f"{f'jobs[{index[1]}]: ' if index else ''}Unknown job type {exc.name!r}."
-        return ApiError("invalid", detail, fields={_field_path(exc, "job_type"): detail})
-    if isinstance(exc, InvalidJob):
-        word = FIRST_WORD.match(SPEC_INDEX.sub("", str(exc)))
-        name = word[1].lower() if word else ""
-        fields = {_field_path(exc, name): detail} if name in SPEC_FIELDS else {}
-        return ApiError("invalid", detail, fields=fields)
-    if isinstance(exc, DuplicateJob):
-        # Scheduling: the caller's new job wants the key. Otherwise a retry: the job
-        # being retried needs its key back, which another job took since.
-        reason = (
-            "cancel it first, or send replace: true to move it."
-            if scheduling
-            else "this job can run again once that one has ended (or is cancelled)."
-        )
-        return key_taken(
-            exc.key,
-            exc.existing_id,
-            field=_field_path(exc, "key"),
-            reason=reason,
-            can_view=can_view,
-        )
-    if isinstance(exc, InvalidTransition):
-        return ApiError("invalid_transition", detail)
-    if isinstance(exc, JobNotFound):
-        return ApiError("not_found", detail)
-    raise exc  # a new kind of refusal must be mapped here, not guessed
+def caller(request: HttpRequest) -> Identity:
+    return request.auth  # type: ignore[attr-defined]  # set by ninja, from auth
 
 
-def _field_path(exc: Exception, name: str) -> str:
-    index = SPEC_INDEX.match(str(exc))
-    return f"jobs[{index[1]}].{name}" if index else name
+def sent(body: BaseModel) -> dict[str, Any]:
+    """The fields of ``body`` sent, validated (times as datetimes, seconds as timedeltas):
+    the function called applies its own defaults to the others."""
+    return {name: getattr(body, name) for name in body.model_fields_set}
 
 
-#: Each operation on django-ninja, by operationId.
-NINJA = app.build(OPERATIONS)
+def shown(request: HttpRequest, jobs: list[DelayedJob]) -> list[dict[str, Any]]:
+    """The jobs as the caller may see them: every field, or only their ids without the view
+    permission (scheduling does not let a caller read jobs; a job found by key may be
+    another service's)."""
+    if caller(request).user.has_perm(VIEW):  # once: a bulk request may have a thousand
+        return [job_json(job) for job in jobs]
+    return [{"id": job.pk} for job in jobs]
 
 
-def api_docs(request: HttpRequest) -> HttpResponse:
-    """Swagger UI, django-ninja's, on the API's own document (``delayjobs_api:openapi``).
-    Mount it where the project likes, outside the API's own URLs (any other path under the
-    mount point is a JSON 404): ``path("delayjobs/api-docs/", api_docs)``. The page is as
-    public as the document; trying an operation out needs a key or a staff session."""
-    return app.docs_page(request, reverse("delayjobs_api:openapi"), NINJA)
+def key_taken(request: HttpRequest, exc: DuplicateJob, field: str | None) -> ApiError:
+    """The 409 for a key an active job holds. Only a caller who may view jobs learns which
+    job holds it and why: any other caller gets one answer whatever the job (of a job type
+    it may not schedule, running, or plainly taken), which any schedule with that key
+    would tell anyway."""
+    fields = {field: "An active job holds this key."} if field else {}
+    if not caller(request).user.has_perm(VIEW):
+        detail = f"Key {exc.key!r} is taken: an active job holds it."
+        return ApiError("duplicate_key", detail, fields=fields)
+    return ApiError("duplicate_key", str(exc), fields=fields, existing_id=exc.existing_id)
+
+
+# Scheduling ------------------------------------------------------------------------------
+
+LINKS = {
+    target: {"operationId": target, "parameters": {"job_id": "$response.body#/id"}}
+    for target in ("getJob", "cancelJob", "rescheduleJob", "retryJob")
+}
+LOCATION = {"Location": {"description": "The job's URL.", "schema": {"type": "string"}}}
+CREATED = {"responses": {201: {"links": LINKS, "headers": LOCATION}}}
+
+
+@operation("POST", "jobs/", [ADD], {201: JobOrId}, url_name="jobs", openapi_extra=CREATED)
+def schedule_job(request: HttpRequest, body: ScheduleIn, response: HttpResponse) -> Status[Any]:
+    """Schedules a job (delayjobs.schedule). With replace, it also needs
+    delayjobs.reschedule_delayedjob. The reply shows the job's fields only with
+    delayjobs.view_delayedjob; without it, only its id."""
+    [spec], moved = prepare(request, [body], bulk=False)
+    try:
+        job = api.schedule(**spec)
+    except DuplicateJob as exc:
+        raise key_taken(request, exc, "key") from exc
+    audit_scheduled(request, [job], moved)
+    response["Location"] = request.build_absolute_uri(reverse(f"{NS}:job", args=[job.pk]))
+    return Status(201, shown(request, [job])[0])
+
+
+@operation("POST", "jobs/bulk/", [ADD], {201: Scheduled}, max_body=MAX_BULK_BODY_BYTES)
+def schedule_jobs(request: HttpRequest, body: BulkScheduleIn) -> Status[Any]:
+    """Schedules many jobs, all or none (delayjobs.schedule_many): as scheduleJob, for
+    each job of the list."""
+    specs, moved = prepare(request, body.jobs, bulk=True)
+    try:
+        jobs = api.schedule_many(specs)
+    except DuplicateJob as exc:
+        index = next(i for i, spec in enumerate(specs) if spec.get("key") == exc.key)
+        raise key_taken(request, exc, f"jobs.{index}.key") from exc
+    audit_scheduled(request, jobs, moved)
+    return Status(201, {"jobs": shown(request, jobs)})
+
+
+def prepare(
+    request: HttpRequest, bodies: Sequence[ScheduleIn], *, bulk: bool
+) -> tuple[list[dict[str, Any]], dict[int, Any]]:
+    """The specs to give schedule(), and when each job a replace will move was due.
+
+    Refuses, before anything is written: a replace without the permission to move jobs; a
+    job type not open to the key, exactly as an unknown one (the API must not tell which
+    internal job types exist); a key twice in one request; a replace that would move a
+    job that is not scheduled, or change its job type or queue.
+    """
+    identity = caller(request)
+    specs = [sent(body) for body in bodies]
+    if any(spec.get("replace") for spec in specs) and not identity.user.has_perm(RESCHEDULE):
+        raise ApiError("permission_denied", f"replace: true needs {RESCHEDULE} too.")
+    listed = identity.api_key.job_types if identity.api_key is not None else []
+    seen: set[str] = set()
+    moved: dict[int, Any] = {}
+    for index, spec in enumerate(specs):
+        at = f"jobs.{index}." if bulk else ""
+        name = spec["job_type"]
+        if name not in registry or not (registry.get(name).public or name in listed):
+            exc = UnknownJobType(name)
+            exc.index = index if bulk else None
+            raise exc
+        if (key := spec.get("key")) is None:
+            continue
+        if key in seen:
+            detail = "Given to an earlier job of this request too."
+            raise ApiError("duplicate_key", detail, fields={f"{at}key": detail})
+        seen.add(key)
+        if spec.get("replace"):
+            # No holder now: a job that takes the key meanwhile is a 409, never moved.
+            holder = replaceable_holder(request, spec, f"{at}key")
+            spec["replace"] = holder is not None
+            moved.update({holder.pk: holder.run_at} if holder else {})
+    return specs, moved
+
+
+def replaceable_holder(request: HttpRequest, spec: dict[str, Any], field: str) -> Any:
+    """The job ``spec``'s replace may move, locked (schedule() refuses it unless it is
+    scheduled); None without one; 409 if it is another job type or on another queue: over
+    HTTP, a replace never changes them."""
+    active = DelayedJob.objects.using(jobs_database()).select_for_update().active()
+    holder = active.filter(key=spec["key"]).first()
+    queue = spec.get("queue") or registry.get(spec["job_type"]).queue
+    if holder is None or (holder.job_type, holder.queue) == (spec["job_type"], queue):
+        return holder
+    why = (
+        f"it is a {holder.job_type!r} job on queue {holder.queue!r}, and replace over HTTP "
+        f"never changes a job's job type or queue; cancel it and schedule a new one"
+    )
+    raise key_taken(request, DuplicateJob(spec["key"], holder.pk, why), field)
+
+
+# Reading -------------------------------------------------------------------------------
+
+
+@operation("GET", "jobs/", [VIEW], {200: JobList})
+def list_jobs(request: HttpRequest, query: Query[ListQuery]) -> dict[str, Any]:
+    """Lists jobs, newest first (by id: a stable order, and a keyset page needs no OFFSET
+    scan), a page at a time: next_cursor leads to the next page."""
+    filters: dict[str, Any] = {
+        name: value
+        for name in ("job_type", "queue", "key", "object_id")
+        if (value := getattr(query, name)) is not None
+    }
+    if query.status:
+        filters["status__in"] = query.status
+    if query.object_type is not None:
+        app_label, _dot, model = query.object_type.partition(".")
+        found = ContentType.objects.filter(app_label=app_label, model=model.lower()).first()
+        if found is None:  # a model that does not exist: no job is about it
+            filters["pk__in"] = []
+        else:
+            filters["content_type"] = found
+    if query.cursor is not None:
+        filters["pk__lt"] = min(int(query.cursor), MAX_ID)
+    jobs = DelayedJob.objects.select_related("content_type").filter(**filters).order_by("-pk")
+    page = list(jobs[: query.limit + 1])
+    cursor = str(page[query.limit - 1].pk) if len(page) > query.limit else None
+    next_url = None
+    if cursor is not None:
+        params = request.GET.copy()
+        params["cursor"] = cursor
+        next_url = request.build_absolute_uri(f"{request.path}?{params.urlencode()}")
+    jobs_json = [job_json(job) for job in page[: query.limit]]
+    return {"jobs": jobs_json, "next_cursor": cursor, "next": next_url}
+
+
+@operation("GET", "jobs/{int:job_id}/", [VIEW], {200: JobDetail}, url_name="job")
+def get_job(request: HttpRequest, job_id: int = JobId) -> dict[str, Any]:
+    """One job, with its attempts, oldest first."""
+    job = DelayedJob.objects.select_related("content_type").filter(pk=job_id).first()
+    if job is None:
+        raise JobNotFound(f"Job {job_id} does not exist.")
+    return job_json(job, list(job.history.order_by("started_at", "id")))
+
+
+# Actions ---------------------------------------------------------------------------------
+# Each also needs the view permission, as in the admin, whose actions are on its job
+# list: without it a caller could act on jobs it may not see, and learn from 404 against
+# 409 which ids exist and in what state. Each answers the job, after the change.
+
+
+@operation("POST", "jobs/cancel/", [CANCEL, VIEW], {200: Job}, finds_job=True)
+def cancel_job_by_key(request: HttpRequest, body: CancelByKeyIn) -> dict[str, Any]:
+    """Cancels the scheduled job holding a business key."""
+    job = DelayedJob.objects.active().filter(key=body.key).first()
+    if job is None:
+        raise JobNotFound(f"No scheduled or running job holds key {body.key!r}.")
+    return cancel(request, job)
+
+
+@operation("POST", "jobs/{int:job_id}/cancel/", [CANCEL, VIEW], {200: Job})
+def cancel_job(request: HttpRequest, job_id: int = JobId) -> dict[str, Any]:
+    """Cancels a scheduled job (a running one is not interrupted: 409)."""
+    job = DelayedJob.objects.filter(pk=job_id).first()
+    if job is None:
+        raise JobNotFound(f"Job {job_id} does not exist.")
+    return cancel(request, job)
+
+
+def cancel(request: HttpRequest, job: DelayedJob) -> dict[str, Any]:
+    cancelled = api.cancel(job.pk)
+    job.refresh_from_db()
+    if not cancelled:
+        raise InvalidTransition(f"Cannot cancel job {job.pk}: it is {job.status}.")
+    message = gettext("Cancelled through the HTTP API (%(actor)s).")
+    audit(request, [(job, message % {"actor": caller(request).actor})])
+    return job_json(job)
+
+
+@operation("POST", "jobs/{int:job_id}/reschedule/", [RESCHEDULE, VIEW], {200: Job})
+def reschedule_job(request: HttpRequest, body: RescheduleIn, job_id: int = JobId) -> Any:
+    """Moves a scheduled job to run_at, or after delay, or now."""
+    was = locked_field(job_id, "run_at")
+    job = api.reschedule(job_id, **sent(body))
+    message = gettext("Rescheduled through the HTTP API from %(old)s to %(new)s (%(actor)s).")
+    values = {"old": iso(was), "new": iso(job.run_at), "actor": caller(request).actor}
+    audit(request, [(job, message % values)])
+    return job_json(job)
+
+
+@operation("POST", "jobs/{int:job_id}/retry/", [RETRY, VIEW], {200: Job})
+def retry_job(request: HttpRequest, job_id: int = JobId) -> dict[str, Any]:
+    """Runs a finished job (failed, cancelled, succeeded, skipped, expired) again now; its
+    history stays."""
+    was = locked_field(job_id, "status")
+    try:
+        job = api.retry(job_id)
+    except DuplicateJob as exc:  # its key, taken since: it can run again once that job ends
+        raise key_taken(request, exc, None) from exc
+    message = gettext("Retried through the HTTP API (was %(status)s; %(actor)s).")
+    audit(request, [(job, message % {"status": was, "actor": caller(request).actor})])
+    return job_json(job)
+
+
+def locked_field(job_id: int, name: str) -> Any:
+    """One field of the job, its row locked until the transaction ends: what it was
+    before the change, for the audit log."""
+    rows = DelayedJob.objects.using(jobs_database()).select_for_update().filter(pk=job_id)
+    values = rows.values_list(name, flat=True)
+    if not values:
+        raise JobNotFound(f"Job {job_id} does not exist.")
+    return values[0]

@@ -198,9 +198,10 @@ def literal_text(node: ast.AST | None) -> str:
 
 
 def openapi_document() -> dict[str, Any]:
-    from delayjobs.http.openapi import build_document
+    from delayjobs.http.app import api
 
-    return build_document("https://example.com/delayjobs/api/")
+    # ninja's document, as the API serves it (a round trip through JSON, as a client reads it).
+    return json.loads(json.dumps(api.get_openapi_schema()))
 
 
 def openapi_reference(document: dict[str, Any]) -> str:
@@ -216,6 +217,8 @@ def openapi_reference(document: dict[str, Any]) -> str:
                 parts.append(f"**{summary}**\n")
             if description := operation.get("description"):
                 parts.append(f"{description}\n")
+            if permissions := operation.get("x-permissions"):
+                parts.append(f"Needs {' and '.join(f'`{name}`' for name in permissions)}.\n")
             parts.extend(parameters_table(operation.get("parameters", [])))
             parts.extend(request_body_table(operation.get("requestBody"), schemas))
             parts.append("| status | response |\n| --- | --- |")
@@ -260,6 +263,8 @@ def request_body_table(body: dict[str, Any] | None, schemas: dict[str, Any]) -> 
 def schema_type(schema: dict[str, Any]) -> str:
     if "$ref" in schema:
         return schema["$ref"].rsplit("/", 1)[-1]
+    if "anyOf" in schema:  # pydantic's optional fields: the type, or null
+        return " or ".join(schema_type(choice) for choice in schema["anyOf"])
     kind = schema.get("type", "any")
     kind = " or ".join(kind) if isinstance(kind, list) else kind
     limits = ("minimum", "maximum", "maxLength", "maxItems")

@@ -14,14 +14,13 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.test import Client
 from django.utils import timezone
 from hypothesis import event, given
 from hypothesis import strategies as st
 
 from delayjobs.conf import settings as conf
 from delayjobs.models import DelayedJob
-from tests.integration.test_http_api import ALL_PERMISSIONS, Api, key_of, make_user, rows
+from tests.integration.http_client import Api, rows
 from tests.utils import fuzz_settings
 
 pytestmark = pytest.mark.django_db
@@ -149,12 +148,6 @@ RAW_BODIES = st.binary(max_size=40) | st.sampled_from(
 
 
 # Properties --------------------------------------------------------------------------
-
-
-@pytest.fixture
-def api(client: Client) -> Api:
-    """Every permission of the API: a refusal is then about the body, not the caller."""
-    return Api(client, key_of(make_user(*ALL_PERMISSIONS)))
 
 
 def assert_all_or_nothing(response: Any, before: list[dict[str, Any]]) -> list[int]:

@@ -9,7 +9,6 @@ Bounded numbers of examples, derandomized: the same requests in every CI run.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,9 +22,6 @@ from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from delayjobs import api_keys as keys
-from delayjobs.conf import settings as conf
-from delayjobs.http.field_types import DATE_TIME_PATTERN, digits_between
-from delayjobs.jobtypes import registry
 from delayjobs.models import DelayedJob
 from tests.utils import fuzz_settings
 
@@ -100,76 +96,4 @@ class FromTheSameState(schema.as_state_machine()):
         DelayedJob.objects.all().delete()
 
 
-# What the document says, beyond what generated requests can show --------------------
-
-
-def body_schema(document: dict[str, Any], path: str) -> dict[str, Any]:
-    content = document["paths"][path]["post"]["requestBody"]["content"]
-    return content["application/json"]["schema"]
-
-
-@pytest.fixture
-def document(client: Any) -> dict[str, Any]:
-    return client.get(DOCUMENT).json()
-
-
-def test_the_document_lists_the_public_job_types_only(document: dict[str, Any]) -> None:
-    job_type = body_schema(document, "/jobs/")["properties"]["job_type"]
-    public = sorted(name for name in registry.names() if registry.get(name).public)
-    private = sorted(set(registry.names()) - set(public))
-    assert public and private, "the test project should have both"
-    assert job_type["enum"] == public
-
-
-def test_the_document_bounds_every_field_the_api_bounds(document: dict[str, Any]) -> None:
-    fields = body_schema(document, "/jobs/")["properties"]
-    ahead = conf.MAX_SCHEDULE_AHEAD.total_seconds()
-    assert (fields["delay"]["minimum"], fields["delay"]["maximum"]) == (0, ahead)
-    assert fields["key"]["pattern"] == "^[^\\u0000]*$"
-    assert fields["payload"] == {
-        "$ref": "#/components/schemas/Payload",
-        "description": fields["payload"]["description"],
-    }
-    payload = document["components"]["schemas"]["Payload"]
-    assert (payload["x-maxDepth"], payload["x-maxBytes"]) == (64, 64 * 1024)
-    run_at = fields["run_at"]["pattern"]
-    assert run_at.startswith(f"^{digits_between(2, 2125, 4)}-")
-    # A replace without a key is refused: the document says so too.
-    rule = body_schema(document, "/jobs/")["if"]
-    assert rule["properties"]["replace"] == {"const": True}
-
-
-def test_digits_between_matches_exactly_the_numbers_in_range() -> None:
-    for low, high in ((2, 2125), (0, 9999), (100, 199), (1999, 2000), (7, 7)):
-        pattern = re.compile(digits_between(low, high, 4))
-        matched = [n for n in range(10_000) if pattern.fullmatch(str(n).zfill(4))]
-        assert matched == list(range(low, high + 1)), (low, high)
-
-
-def test_the_rfc3339_pattern_takes_what_json_schema_calls_a_date_time() -> None:
-    for text in (
-        "2030-01-15T14:30:00Z",
-        "2030-01-15t14:30:00.123456789z",
-        "2030-01-15T14:30:00-23:59",
-    ):
-        assert DATE_TIME_PATTERN.fullmatch(text), text
-    for text in (
-        "2030-01-15T14:30Z",
-        "2030-01-15 14:30:00Z",
-        "20300115T143000Z",
-        "2030-01-15T14:30:60Z",
-    ):
-        assert not DATE_TIME_PATTERN.fullmatch(text), text
-
-
-def test_a_new_job_links_to_the_operations_on_it(document: dict[str, Any]) -> None:
-    created = document["paths"]["/jobs/"]["post"]["responses"]["201"]
-    assert {name: link["operationId"] for name, link in created["links"].items()} == {
-        "getJob": "getJob",
-        "cancelJob": "cancelJob",
-        "rescheduleJob": "rescheduleJob",
-        "retryJob": "retryJob",
-    }
-    assert all(
-        link["parameters"] == {"job_id": "$response.body#/id"} for link in created["links"].values()
-    )
+# What the document says beyond generated requests: tests/integration/test_http_openapi.py

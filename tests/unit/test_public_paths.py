@@ -70,6 +70,7 @@ PINNED = [
     "delayjobs.admin.DelayedJobInline",
     "delayjobs.http.urls",
     "delayjobs.api_keys.create_api_key",
+    "delayjobs.http.app.api_docs",
 ]
 
 #: Written into rows and results as ``module.qualname``: each must be *defined* there.
