@@ -2,4 +2,4 @@
 API's OpenAPI document and the docs read it. pyproject.toml's ``version`` must match
 (tests/unit/test_version.py)."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

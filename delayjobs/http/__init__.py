@@ -5,7 +5,7 @@ project's URLs. Requests authenticate with an API key (``Authorization: Bearer .
 see ``delayjobs.api_keys``) or a Django session, and need the same permissions as the
 admin's actions. ``openapi.json`` under the mount point describes every endpoint.
 
-Layer 7 (interfaces): it uses only the public API (``delayjobs.api``, ``spec``, models)
-and never imports the admin. Nothing is imported here, so that importing the package
+It uses only the public API (``delayjobs.api``, the job types and their validation, the
+models) and never imports the admin. Nothing is imported here, so that importing the package
 touches no model.
 """
