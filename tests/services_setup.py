@@ -16,7 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from sampleproject.services import LOOPBACK, PostgresServer, RedisServer
+from tests.support.postgres import PostgresServer
+from tests.support.processes import LOOPBACK
+from tests.support.redis_server import RedisServer
 
 REDIS_URL_ENV = "DELAYJOBS_TEST_REDIS_URL"
 DB_ENV = "DELAYJOBS_TEST_DB"
