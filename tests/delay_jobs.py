@@ -84,6 +84,16 @@ class Limited(Scripted):
 
 
 @delayjobs.register
+class Brokered(Scripted):
+    """``tests.scripted`` with attempts to spare, for the Celery broker's outage: a task lost
+    with the broker, or not taken over within its time_to_run (the Celery worker still
+    reconnecting), costs an attempt each time, and the test allows any number of those."""
+
+    name = "tests.brokered"
+    max_attempts = 10
+
+
+@delayjobs.register
 class SlowQueue(Scripted):
     """``tests.scripted`` on the queue "slow", which tests limit with QUEUE_CONCURRENCY, and
     a time_to_run long enough for the tests to hold it."""

@@ -163,6 +163,10 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": "WARNING"},
 }
+# A test may read more of its subprocesses' output: delayjobs' logger at this level (DEBUG
+# shows each job the Celery executor hands over, by attempt).
+if os.environ.get("DELAYJOBS_TEST_LOG_LEVEL"):
+    LOGGING["loggers"] = {"delayjobs": {"level": os.environ["DELAYJOBS_TEST_LOG_LEVEL"]}}
 
 # Django's Tasks framework on delayjobs (tests/integration/test_tasks_backend.py, tasks in
 # tests/tasks.py): django.tasks on Django 6, the django-tasks backport on Django 5.2.
