@@ -4,6 +4,10 @@ A test's kind is where it lives (tests/unit, tests/integration, tests/e2e, tests
 ``pytest_collection_modifyitems`` below marks it, so ``-m unit``, ``-m "unit or integration"``
 and the like select by kind. tests/faults and tests/scale mark their own tests. The autouse
 clean-Redis fixture lives in the conftests of the directories whose tests use Redis.
+
+The modules in DB_SENSITIVE also carry ``db_sensitive``: what they prove depends on the
+database engine, so tests/run.sh runs them on SQLite as well as on PostgreSQL, where every
+test runs (docs/howto/development.md says which and why).
 """
 
 from __future__ import annotations
@@ -32,13 +36,57 @@ KINDS = {"unit": "unit", "integration": "integration", "e2e": "e2e", "browser": 
 SELF_MARKED = {"faults", "scale"}
 #: What a test may carry to start a consumer process (see ``consumer_process``).
 PROCESS_MARKERS = ("subprocess", "browser", "faults", "scale")
+#: The modules whose tests depend on the database engine: claims, locks and SKIP LOCKED,
+#: transactions and on_commit, the database's clock, fenced and bulk writes (COPY on
+#: PostgreSQL), JSON stored and read back, aggregates over durations, migrations and
+#: checks that query the database, and the harness's own database. The rest test HTTP,
+#: the admin's pages, Redis, Celery, input validation and the browser: once, on
+#: PostgreSQL. Keyed by path under tests/.
+DB_SENSITIVE = frozenset(
+    {
+        "integration/test_api.py",
+        "integration/test_admin_scale.py",
+        "integration/test_async_jobs.py",
+        "integration/test_bindings.py",
+        "integration/test_checks_db.py",
+        "integration/test_claim_due.py",
+        "integration/test_clock.py",
+        "integration/test_commands.py",
+        "integration/test_extreme_values.py",
+        "integration/test_operability.py",
+        "integration/test_outcomes.py",
+        "integration/test_preloader.py",
+        "integration/test_recorder.py",
+        "integration/test_recurring.py",
+        "integration/test_round_trips.py",
+        "integration/test_services.py",
+        "integration/test_stats.py",
+        "integration/test_tasks_backend.py",
+        "integration/test_tasks_differential.py",
+        "integration/test_transitions.py",
+        "e2e/test_async_consumer.py",
+        "e2e/test_consumer.py",
+        "e2e/test_recorder_consumer.py",
+        "e2e/test_recurring.py",
+        "e2e/test_recurring_redis_down.py",
+        "e2e/test_redis_down.py",
+        "e2e/test_services_subprocess.py",
+    }
+)
+
+
+def _parts(item: pytest.Item) -> tuple[str, ...]:
+    """The test's path under tests/, as parts (empty: not under tests/)."""
+    try:
+        return Path(str(item.fspath)).resolve().relative_to(TESTS_DIR).parts
+    except ValueError:
+        return ()
 
 
 def _kind(item: pytest.Item) -> str | None:
     """The kind of a test, from its directory under tests/ (None: not ours to mark)."""
-    try:
-        parts = Path(str(item.fspath)).resolve().relative_to(TESTS_DIR).parts
-    except ValueError:
+    parts = _parts(item)
+    if not parts:
         return None
     if parts[0] in SELF_MARKED:
         return None
@@ -54,11 +102,16 @@ def _kind(item: pytest.Item) -> str | None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # A module renamed or moved must not leave the SQLite run silently.
+    if missing := sorted(path for path in DB_SENSITIVE if not (TESTS_DIR / path).is_file()):
+        raise pytest.UsageError(f"tests/conftest.py's DB_SENSITIVE names no such file: {missing}")
     for item in items:
         kind = _kind(item)
         if kind is None:
             continue
         item.add_marker(kind)
+        if "/".join(_parts(item)) in DB_SENSITIVE:
+            item.add_marker(pytest.mark.db_sensitive)
         if kind in ("e2e", "browser") and not item.get_closest_marker("subprocess"):
             # The matrix's core legs leave out `subprocess`: a test here starts processes.
             item.add_marker(pytest.mark.subprocess)

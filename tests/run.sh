@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The test command: lint, migration check, the unit tests, the suite on SQLite and PostgreSQL
-# (browser tests included), the fault suite.
+# The test command: lint, migration check, the unit tests, then side by side every test on
+# PostgreSQL (browser tests included) and the database-sensitive ones on SQLite.
+# The fault-injection and deployment-at-scale suites run in CI (.ci/run), or alone (see
+# docs/howto/development.md).
 # Usage: tests/run.sh [pytest args]
 # Env: PYTHON, VENV, DJANGO_SPEC (e.g. 'django>=6.0,<6.2'),
 #      DELAYJOBS_SKIP_BROWSER=1 to leave out the browser tests and chromium (local runs only:
@@ -93,8 +95,8 @@ header "Import contracts (lint-imports: [tool.importlinter] in pyproject.toml)"
 header "Migrations are up to date"
 DJANGO_SETTINGS_MODULE=tests.settings "$VENV/bin/python" manage.py makemigrations --check --dry-run
 
-# pytest args go to every run. With args, a run may select nothing (pytest exits 5): a -k
-# or a file of the main suite selects nothing in the fault run, and the reverse.
+# pytest args go to every run. With args, a run may select nothing (pytest exits 5): a file
+# of tests that run once, on PostgreSQL, selects nothing in the SQLite run.
 ARGS_GIVEN=$#
 run_pytest() {
     local status=0
@@ -123,21 +125,22 @@ if [ "$ARGS_GIVEN" -eq 0 ]; then
     MAIN_SUITE="$MAIN_SUITE and not unit"
 fi
 
-# The SQLite and PostgreSQL runs share nothing (each pytest session starts its own Redis, and
-# its own PostgreSQL, on free loopback ports), and their tests mostly wait for consumers: side by
-# side they take about 8 minutes on 2 CPUs, one after the other 13. The fault suite (its own
-# PostgreSQL and Redis, which it kills, flushes and restarts under load, ~2 min) follows the
-# shorter SQLite run in its slot. Each log is printed whole when its run ends, never
-# interleaved; meanwhile `tail -f` follows it.
-sqlite_then_faults() {
-    header "pytest on SQLite"
-    DELAYJOBS_TEST_DB=sqlite run_pytest -m "$MAIN_SUITE" "$@"
-    header "Fault-injection suite"
-    DELAYJOBS_TEST_DB=postgres run_pytest -m faults "${@:-tests/faults}"
-}
+# Two runs side by side, which share nothing (each starts its own PostgreSQL or SQLite
+# directory and Redis servers on free loopback ports): every test on PostgreSQL, and on
+# SQLite the database-sensitive ones (marker db_sensitive: claims, locks, transactions,
+# clocks, migrations... the list and why is in tests/conftest.py). Each spreads its tests
+# over pytest-xdist workers (a Redis and a test database each): most tests wait on consumer
+# processes, so more workers than the 2 CPUs pay. `-n 0` in the args runs them in one
+# process. Each log is printed whole when its run ends, never interleaved; meanwhile `tail
+# -f` follows it.
+XDIST=(--dist worksteal)
 postgres_suite() {
-    header "pytest on PostgreSQL"
-    DELAYJOBS_TEST_DB=postgres run_pytest -m "$MAIN_SUITE" "$@"
+    header "pytest on PostgreSQL: every test"
+    DELAYJOBS_TEST_DB=postgres run_pytest "${XDIST[@]}" -n 4 -m "$MAIN_SUITE" "$@"
+}
+sqlite_suite() {
+    header "pytest on SQLite: the database-sensitive tests"
+    DELAYJOBS_TEST_DB=sqlite run_pytest "${XDIST[@]}" -n 2 -m "db_sensitive and $MAIN_SUITE" "$@"
 }
 
 logs=$(mktemp -d "${TMPDIR:-/tmp}/delayjobs-tests.XXXXXX")
@@ -150,12 +153,12 @@ start_slot() {
     ( trap - INT; set -e; "$@" ) >"$logs/$name.log" 2>&1 &
     slots[$!]=$name
 }
-start_slot sqlite sqlite_then_faults "$@"
 start_slot postgres postgres_suite "$@"
+start_slot sqlite sqlite_suite "$@"
 # Ctrl-C reaches both runs too: this script outlives it, waits while they stop, prints them.
 interrupted=0
 trap 'interrupted=1' INT
-header "SQLite then faults, and PostgreSQL, side by side: tail -f $logs/*.log"
+header "PostgreSQL and SQLite side by side: tail -f $logs/*.log"
 failed=()
 while [ ${#slots[@]} -gt 0 ]; do
     status=0 pid=
