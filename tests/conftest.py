@@ -147,8 +147,10 @@ def redis_client(_clean_redis: None) -> Iterator[redis.Redis]:
         client.close()
 
 
-#: What a consumer subprocess runs, after ``python``.
-CONSUMER = ("manage.py", "run_delay_consumer")
+#: What a consumer subprocess runs, after ``python``. Without Django's system checks, a
+#: third of a consumer's start: the suite starts hundreds, and the checks have tests of
+#: their own (tests/unit/test_checks.py, tests/integration/test_checks_db.py).
+CONSUMER = ("manage.py", "run_delay_consumer", "--skip-checks")
 
 
 class ConsumerProcess:
