@@ -136,7 +136,7 @@ fi
 XDIST=(--dist worksteal)
 postgres_suite() {
     header "pytest on PostgreSQL: every test"
-    DELAYJOBS_TEST_DB=postgres run_pytest "${XDIST[@]}" -n 4 -m "$MAIN_SUITE" "$@"
+    DELAYJOBS_TEST_DB=postgres run_pytest "${XDIST[@]}" -n 6 -m "$MAIN_SUITE" "$@"
 }
 sqlite_suite() {
     header "pytest on SQLite: the database-sensitive tests"
