@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The test command: lint, migration check, the unit tests, then side by side every test on
-# PostgreSQL (browser tests included) and the database-sensitive ones on SQLite.
+# The test command: ruff, the migrations check, the unit tests, then side by side every test
+# on PostgreSQL (browser tests included), the database-sensitive ones on SQLite, and mypy.
 # The fault-injection and deployment-at-scale suites run in CI (.ci/run), or alone (see
 # docs/howto/development.md).
 # Usage: tests/run.sh [pytest args]
@@ -82,13 +82,6 @@ header "ruff"
 "$VENV/bin/ruff" check .
 "$VENV/bin/ruff" format --check .
 
-# The package ships py.typed: it must type-check, with the stubs of the Django it is
-# checked against (django-stubs 5.2, from the test extra), so only on Django 5.2.
-if "$VENV/bin/python" -c 'import django, sys; sys.exit(django.VERSION[:2] != (5, 2))'; then
-    header "mypy (django-stubs)"
-    "$VENV/bin/mypy"
-fi
-
 header "Import contracts (lint-imports: [tool.importlinter] in pyproject.toml)"
 "$VENV/bin/lint-imports"
 
@@ -136,7 +129,7 @@ fi
 XDIST=(--dist worksteal)
 postgres_suite() {
     header "pytest on PostgreSQL: every test"
-    DELAYJOBS_TEST_DB=postgres run_pytest "${XDIST[@]}" -n 6 -m "$MAIN_SUITE" "$@"
+    DELAYJOBS_TEST_DB=postgres run_pytest "${XDIST[@]}" -n 4 -m "$MAIN_SUITE" "$@"
 }
 sqlite_suite() {
     header "pytest on SQLite: the database-sensitive tests"
@@ -151,6 +144,18 @@ sqlite_suite() {
         "${paths[@]}"
 }
 
+# The package ships py.typed: it must type-check, with the stubs of the Django it is
+# checked against (django-stubs 5.2, from the test extra), so only on Django 5.2. It runs
+# beside the two pytest runs, which mostly wait.
+type_check() {
+    header "mypy (django-stubs)"
+    if "$VENV/bin/python" -c 'import django, sys; sys.exit(django.VERSION[:2] != (5, 2))'; then
+        "$VENV/bin/mypy"
+    else
+        echo "Not on Django $("$VENV/bin/python" -m django --version): its stubs are 5.2's."
+    fi
+}
+
 logs=$(mktemp -d "${TMPDIR:-/tmp}/delayjobs-tests.XXXXXX")
 declare -A slots=()  # pid -> log name
 start_slot() {
@@ -163,10 +168,11 @@ start_slot() {
 }
 start_slot postgres postgres_suite "$@"
 start_slot sqlite sqlite_suite "$@"
+start_slot mypy type_check
 # Ctrl-C reaches both runs too: this script outlives it, waits while they stop, prints them.
 interrupted=0
 trap 'interrupted=1' INT
-header "PostgreSQL and SQLite side by side: tail -f $logs/*.log"
+header "PostgreSQL, SQLite and mypy side by side: tail -f $logs/*.log"
 failed=()
 while [ ${#slots[@]} -gt 0 ]; do
     status=0 pid=
