@@ -6,8 +6,10 @@ and the like select by kind. tests/faults and tests/scale mark their own tests. 
 clean-Redis fixture lives in the conftests of the directories whose tests use Redis.
 
 The modules in DB_SENSITIVE also carry ``db_sensitive``: what they prove depends on the
-database engine, so tests/run.sh runs them on SQLite as well as on PostgreSQL, where every
-test runs (docs/howto/development.md says which and why).
+database engine, so tests/run.sh runs them on SQLite and on PostgreSQL. The others run
+once: on PostgreSQL, or, those in ONCE_ON_SQLITE (marker ``once_on_sqlite``), on SQLite,
+so that the two runs, side by side, take about as long (docs/howto/development.md says
+which and why).
 """
 
 from __future__ import annotations
@@ -73,6 +75,20 @@ DB_SENSITIVE = frozenset(
         "e2e/test_services_subprocess.py",
     }
 )
+#: Modules that do not depend on the database engine, run once on SQLite rather than on
+#: PostgreSQL: the property-based input tests, the admin's pages and the browser tests,
+#: which keep a CPU busy, and the sample project, whose demo runs on SQLite.
+ONCE_ON_SQLITE = frozenset(
+    {
+        "integration/test_admin.py",
+        "integration/test_admin_fuzz.py",
+        "integration/test_admin_schedules.py",
+        "integration/test_bad_input.py",
+        "integration/test_sampleproject.py",
+        "browser/test_browser.py",
+        "browser/test_schedules_browser.py",
+    }
+)
 
 
 def _parts(item: pytest.Item) -> tuple[str, ...]:
@@ -102,16 +118,20 @@ def _kind(item: pytest.Item) -> str | None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    # A module renamed or moved must not leave the SQLite run silently.
-    if missing := sorted(path for path in DB_SENSITIVE if not (TESTS_DIR / path).is_file()):
-        raise pytest.UsageError(f"tests/conftest.py's DB_SENSITIVE names no such file: {missing}")
+    # A module renamed or moved must not leave its run silently.
+    listed = DB_SENSITIVE | ONCE_ON_SQLITE
+    if missing := sorted(path for path in listed if not (TESTS_DIR / path).is_file()):
+        raise pytest.UsageError(f"tests/conftest.py names no such test module: {missing}")
     for item in items:
         kind = _kind(item)
         if kind is None:
             continue
         item.add_marker(kind)
-        if "/".join(_parts(item)) in DB_SENSITIVE:
+        path = "/".join(_parts(item))
+        if path in DB_SENSITIVE:
             item.add_marker(pytest.mark.db_sensitive)
+        elif path in ONCE_ON_SQLITE:
+            item.add_marker(pytest.mark.once_on_sqlite)
         if kind in ("e2e", "browser") and not item.get_closest_marker("subprocess"):
             # The matrix's core legs leave out `subprocess`: a test here starts processes.
             item.add_marker(pytest.mark.subprocess)

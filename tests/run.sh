@@ -119,29 +119,31 @@ if [ "$ARGS_GIVEN" -eq 0 ]; then
 fi
 
 # Two runs side by side, which share nothing (each starts its own PostgreSQL or SQLite
-# directory and Redis servers on free loopback ports): every test on PostgreSQL, and on
-# SQLite the database-sensitive ones (marker db_sensitive: claims, locks, transactions,
-# clocks, migrations... the list and why is in tests/conftest.py). Each spreads its tests
-# over pytest-xdist workers (a Redis and a test database each): most tests wait on consumer
-# processes, so more workers than the 2 CPUs pay. `-n 0` in the args runs them in one
-# process. Each log is printed whole when its run ends, never interleaved; meanwhile `tail
-# -f` follows it.
+# directory and Redis servers on free loopback ports). The database-sensitive tests (marker
+# db_sensitive: claims, locks, transactions, clocks, migrations...) run in both; the others
+# once, most on PostgreSQL, a few that keep a CPU busy on SQLite (marker once_on_sqlite),
+# so that the runs take about as long (tests/conftest.py has the lists, and why). Each
+# spreads its tests over pytest-xdist workers (a Redis and a test database each): most
+# tests wait on consumer processes, so more workers than the 2 CPUs pay. `-n 0` in the args
+# runs them in one process. Each log is printed whole when its run ends, never interleaved;
+# meanwhile `tail -f` follows it.
 XDIST=(--dist worksteal)
 postgres_suite() {
-    header "pytest on PostgreSQL: every test"
-    DELAYJOBS_TEST_DB=postgres run_pytest "${XDIST[@]}" -n 4 -m "$MAIN_SUITE" "$@"
+    header "pytest on PostgreSQL"
+    DELAYJOBS_TEST_DB=postgres run_pytest "${XDIST[@]}" -n 4 \
+        -m "not once_on_sqlite and $MAIN_SUITE" "$@"
 }
 sqlite_suite() {
-    header "pytest on SQLite: the database-sensitive tests"
+    header "pytest on SQLite"
     # Without args, only their modules are collected: the others' imports cost each worker.
     local paths=("$@")
     if [ "$ARGS_GIVEN" -eq 0 ]; then
-        mapfile -t paths < <("$VENV/bin/python" -c \
-            'from tests.conftest import DB_SENSITIVE; print(*sorted(DB_SENSITIVE), sep="\n")')
+        mapfile -t paths < <("$VENV/bin/python" -c 'from tests.conftest import \
+            DB_SENSITIVE, ONCE_ON_SQLITE; print(*sorted(DB_SENSITIVE | ONCE_ON_SQLITE), sep="\n")')
         paths=("${paths[@]/#/tests/}")
     fi
-    DELAYJOBS_TEST_DB=sqlite run_pytest "${XDIST[@]}" -n 2 -m "db_sensitive and $MAIN_SUITE" \
-        "${paths[@]}"
+    DELAYJOBS_TEST_DB=sqlite run_pytest "${XDIST[@]}" -n 2 \
+        -m "(db_sensitive or once_on_sqlite) and $MAIN_SUITE" "${paths[@]}"
 }
 
 # The package ships py.typed: it must type-check, with the stubs of the Django it is
