@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
 VENV="${VENV:-.venv}"
 
-header() { printf '\n=== %s ===\n' "$*"; }
+header() { printf '\n=== %s (at %d s) ===\n' "$*" "$SECONDS"; }
 
 SKIP_BROWSER="${DELAYJOBS_SKIP_BROWSER:-}"
 if [ -n "$SKIP_BROWSER" ] && [ -n "${CI:-}" ]; then
@@ -181,6 +181,7 @@ while [ ${#slots[@]} -gt 0 ]; do
     wait -n -p pid "${!slots[@]}" || status=$?
     [ -n "${pid:-}" ] || continue  # the wait was cut short by Ctrl-C: the runs are stopping
     cat "$logs/${slots[$pid]}.log"
+    printf '=== %s: done at %d s ===\n' "${slots[$pid]}" "$SECONDS"
     [ "$status" -eq 0 ] || failed+=("${slots[$pid]}")
     unset "slots[$pid]"
 done
