@@ -89,6 +89,8 @@ ONCE_ON_SQLITE = frozenset(
         "browser/test_schedules_browser.py",
     }
 )
+#: What tests/run.sh's SQLite run collects.
+ON_SQLITE = DB_SENSITIVE | ONCE_ON_SQLITE
 
 
 def _parts(item: pytest.Item) -> tuple[str, ...]:
@@ -119,8 +121,7 @@ def _kind(item: pytest.Item) -> str | None:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # A module renamed or moved must not leave its run silently.
-    listed = DB_SENSITIVE | ONCE_ON_SQLITE
-    if missing := sorted(path for path in listed if not (TESTS_DIR / path).is_file()):
+    if missing := sorted(path for path in ON_SQLITE if not (TESTS_DIR / path).is_file()):
         raise pytest.UsageError(f"tests/conftest.py names no such test module: {missing}")
     for item in items:
         kind = _kind(item)

@@ -138,8 +138,8 @@ sqlite_suite() {
     # Without args, only their modules are collected: the others' imports cost each worker.
     local paths=("$@")
     if [ "$ARGS_GIVEN" -eq 0 ]; then
-        mapfile -t paths < <("$VENV/bin/python" -c 'from tests.conftest import \
-            DB_SENSITIVE, ONCE_ON_SQLITE; print(*sorted(DB_SENSITIVE | ONCE_ON_SQLITE), sep="\n")')
+        mapfile -t paths < <("$VENV/bin/python" -c \
+            'from tests.conftest import ON_SQLITE; print(*sorted(ON_SQLITE), sep="\n")')
         paths=("${paths[@]/#/tests/}")
     fi
     DELAYJOBS_TEST_DB=sqlite run_pytest "${XDIST[@]}" -n 2 \
