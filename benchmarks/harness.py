@@ -27,7 +27,9 @@ from benchmarks.environment import (  # noqa: F401
     DATABASE_ENV,
     REDIS_URL_ENV,
 )
-from sampleproject.services import PostgresServer, RedisServer, pdeathsig_preexec
+from tests.support.postgres import PostgresServer
+from tests.support.processes import pdeathsig_preexec
+from tests.support.redis_server import RedisServer
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SETTINGS_MODULE = "benchmarks.settings"

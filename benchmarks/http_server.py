@@ -56,7 +56,7 @@ async def serve(listener: socket.socket) -> None:
 def running() -> Iterator[str]:
     """The server in a subprocess on 127.0.0.1; yields (and exports) its ``host:port``,
     after one request answered. Stopped by its pid on the way out."""
-    from sampleproject.services import pdeathsig_preexec
+    from tests.support.processes import pdeathsig_preexec
 
     listener = socket.create_server(("127.0.0.1", 0), backlog=1024)
     host, port = listener.getsockname()[:2]

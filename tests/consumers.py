@@ -7,9 +7,10 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 
 from delayjobs.models import DelayedJob, JobStatus
-from sampleproject.services import RedisServer, free_port
 from tests.conftest import ConsumerProcess
 from tests.models import Execution
+from tests.support.processes import free_port
+from tests.support.redis_server import RedisServer
 from tests.utils import wait_for
 
 ACTIVE = (JobStatus.SCHEDULED, JobStatus.RUNNING)

@@ -84,6 +84,27 @@ class Limited(Scripted):
 
 
 @delayjobs.register
+class Counted(Scripted):
+    """``tests.scripted`` with a lease no busy machine outlasts, for the tests that count
+    each job's executions exactly: with tests.scripted's 2 s, a consumer starved on a loaded
+    machine (a SQLite write lock held meanwhile, say) may see a lease expire and the job run
+    again, as the lease rules allow, which those tests would take for a double run."""
+
+    name = "tests.counted"
+    time_to_run = timedelta(seconds=60)
+
+
+@delayjobs.register
+class Brokered(Scripted):
+    """``tests.scripted`` with attempts to spare, for the Celery broker's outage: a task lost
+    with the broker, or not taken over within its time_to_run (the Celery worker still
+    reconnecting), costs an attempt each time, and the test allows any number of those."""
+
+    name = "tests.brokered"
+    max_attempts = 10
+
+
+@delayjobs.register
 class SlowQueue(Scripted):
     """``tests.scripted`` on the queue "slow", which tests limit with QUEUE_CONCURRENCY, and
     a time_to_run long enough for the tests to hold it."""

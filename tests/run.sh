@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The test command: lint, migration check, the unit tests, the suite on SQLite and PostgreSQL
-# (browser tests included), the fault suite.
+# The test command: ruff, the migrations check, the unit tests, then side by side every test
+# on PostgreSQL (browser tests included), the database-sensitive ones on SQLite, and mypy.
+# The fault-injection and deployment-at-scale suites run in CI (.ci/run), or alone (see
+# docs/howto/development.md).
 # Usage: tests/run.sh [pytest args]
 # Env: PYTHON, VENV, DJANGO_SPEC (e.g. 'django>=6.0,<6.2'),
 #      DELAYJOBS_SKIP_BROWSER=1 to leave out the browser tests and chromium (local runs only:
@@ -11,7 +13,7 @@ cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
 VENV="${VENV:-.venv}"
 
-header() { printf '\n=== %s ===\n' "$*"; }
+header() { printf '\n=== %s (at %d s) ===\n' "$*" "$SECONDS"; }
 
 SKIP_BROWSER="${DELAYJOBS_SKIP_BROWSER:-}"
 if [ -n "$SKIP_BROWSER" ] && [ -n "${CI:-}" ]; then
@@ -80,21 +82,14 @@ header "ruff"
 "$VENV/bin/ruff" check .
 "$VENV/bin/ruff" format --check .
 
-# The package ships py.typed: it must type-check, with the stubs of the Django it is
-# checked against (django-stubs 5.2, from the test extra), so only on Django 5.2.
-if "$VENV/bin/python" -c 'import django, sys; sys.exit(django.VERSION[:2] != (5, 2))'; then
-    header "mypy (django-stubs)"
-    "$VENV/bin/mypy"
-fi
-
 header "Import contracts (lint-imports: [tool.importlinter] in pyproject.toml)"
 "$VENV/bin/lint-imports"
 
 header "Migrations are up to date"
 DJANGO_SETTINGS_MODULE=tests.settings "$VENV/bin/python" manage.py makemigrations --check --dry-run
 
-# pytest args go to every run. With args, a run may select nothing (pytest exits 5): a -k
-# or a file of the main suite selects nothing in the fault run, and the reverse.
+# pytest args go to every run. With args, a run may select nothing (pytest exits 5): a file
+# of tests that run once, on PostgreSQL, selects nothing in the SQLite run.
 ARGS_GIVEN=$#
 run_pytest() {
     local status=0
@@ -123,21 +118,44 @@ if [ "$ARGS_GIVEN" -eq 0 ]; then
     MAIN_SUITE="$MAIN_SUITE and not unit"
 fi
 
-# The SQLite and PostgreSQL runs share nothing (each pytest session starts its own Redis, and
-# its own PostgreSQL, on free loopback ports), and their tests mostly wait for consumers: side by
-# side they take about 8 minutes on 2 CPUs, one after the other 13. The fault suite (its own
-# PostgreSQL and Redis, which it kills, flushes and restarts under load, ~2 min) follows the
-# shorter SQLite run in its slot. Each log is printed whole when its run ends, never
-# interleaved; meanwhile `tail -f` follows it.
-sqlite_then_faults() {
-    header "pytest on SQLite"
-    DELAYJOBS_TEST_DB=sqlite run_pytest -m "$MAIN_SUITE" "$@"
-    header "Fault-injection suite"
-    DELAYJOBS_TEST_DB=postgres run_pytest -m faults "${@:-tests/faults}"
-}
+# Two runs side by side, which share nothing (each starts its own PostgreSQL or SQLite
+# directory and Redis servers on free loopback ports). The database-sensitive tests (marker
+# db_sensitive: claims, locks, transactions, clocks, migrations...) run in both; the others
+# once, most on PostgreSQL, a few that keep a CPU busy on SQLite (marker once_on_sqlite),
+# so that the runs take about as long (tests/conftest.py has the lists, and why). Each
+# spreads its tests over pytest-xdist workers (a Redis and a test database each): most
+# tests wait on consumer processes, so more workers than the 2 CPUs pay. `-n 0` in the args
+# runs them in one process. Each log is printed whole when its run ends, never interleaved;
+# meanwhile `tail -f` follows it.
+XDIST=(--dist worksteal)
 postgres_suite() {
     header "pytest on PostgreSQL"
-    DELAYJOBS_TEST_DB=postgres run_pytest -m "$MAIN_SUITE" "$@"
+    DELAYJOBS_TEST_DB=postgres run_pytest "${XDIST[@]}" -n 4 \
+        -m "not once_on_sqlite and $MAIN_SUITE" "$@"
+}
+sqlite_suite() {
+    header "pytest on SQLite"
+    # Without args, only their modules are collected: the others' imports cost each worker.
+    local paths=("$@")
+    if [ "$ARGS_GIVEN" -eq 0 ]; then
+        mapfile -t paths < <("$VENV/bin/python" -c \
+            'from tests.conftest import ON_SQLITE; print(*sorted(ON_SQLITE), sep="\n")')
+        paths=("${paths[@]/#/tests/}")
+    fi
+    DELAYJOBS_TEST_DB=sqlite run_pytest "${XDIST[@]}" -n 2 \
+        -m "(db_sensitive or once_on_sqlite) and $MAIN_SUITE" "${paths[@]}"
+}
+
+# The package ships py.typed: it must type-check, with the stubs of the Django it is
+# checked against (django-stubs 5.2, from the test extra), so only on Django 5.2. It runs
+# beside the two pytest runs, which mostly wait.
+type_check() {
+    header "mypy (django-stubs)"
+    if "$VENV/bin/python" -c 'import django, sys; sys.exit(django.VERSION[:2] != (5, 2))'; then
+        "$VENV/bin/mypy"
+    else
+        echo "Not on Django $("$VENV/bin/python" -m django --version): its stubs are 5.2's."
+    fi
 }
 
 logs=$(mktemp -d "${TMPDIR:-/tmp}/delayjobs-tests.XXXXXX")
@@ -150,18 +168,20 @@ start_slot() {
     ( trap - INT; set -e; "$@" ) >"$logs/$name.log" 2>&1 &
     slots[$!]=$name
 }
-start_slot sqlite sqlite_then_faults "$@"
 start_slot postgres postgres_suite "$@"
+start_slot sqlite sqlite_suite "$@"
+start_slot mypy type_check
 # Ctrl-C reaches both runs too: this script outlives it, waits while they stop, prints them.
 interrupted=0
 trap 'interrupted=1' INT
-header "SQLite then faults, and PostgreSQL, side by side: tail -f $logs/*.log"
+header "PostgreSQL, SQLite and mypy side by side: tail -f $logs/*.log"
 failed=()
 while [ ${#slots[@]} -gt 0 ]; do
     status=0 pid=
     wait -n -p pid "${!slots[@]}" || status=$?
     [ -n "${pid:-}" ] || continue  # the wait was cut short by Ctrl-C: the runs are stopping
     cat "$logs/${slots[$pid]}.log"
+    printf '=== %s: done at %d s ===\n' "${slots[$pid]}" "$SECONDS"
     [ "$status" -eq 0 ] || failed+=("${slots[$pid]}")
     unset "slots[$pid]"
 done

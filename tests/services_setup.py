@@ -4,6 +4,12 @@ The first process that imports ``tests.settings`` (pytest) starts what is missin
 exports its address in ``os.environ``. Consumer subprocesses started by tests inherit that
 environment, so they connect to the same servers and start nothing themselves. Only the
 process that started a server stops it (atexit).
+
+Under pytest-xdist the workers share the PostgreSQL server (and the SQLite directory) that
+the main process started, each with a test database of its own (pytest-django names it
+after the worker), but each starts a Redis of its own: the tests flush Redis, and its
+pub/sub channels span all its databases. ``REDIS_OWNER_ENV`` says whose Redis the
+environment names: a worker starts its own unless that is itself (its consumers inherit it).
 """
 
 from __future__ import annotations
@@ -16,9 +22,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from sampleproject.services import LOOPBACK, PostgresServer, RedisServer
+from tests.support.postgres import PostgresServer
+from tests.support.processes import LOOPBACK
+from tests.support.redis_server import RedisServer
 
 REDIS_URL_ENV = "DELAYJOBS_TEST_REDIS_URL"
+REDIS_OWNER_ENV = "DELAYJOBS_TEST_REDIS_OWNER"
+#: Set by pytest-xdist in each worker ("gw0", "gw1"...), and inherited by its children.
+XDIST_WORKER_ENV = "PYTEST_XDIST_WORKER"
 DB_ENV = "DELAYJOBS_TEST_DB"
 PG_PORT_ENV = "DELAYJOBS_TEST_PG_PORT"
 SQLITE_DIR_ENV = "DELAYJOBS_TEST_SQLITE_DIR"
@@ -66,10 +77,12 @@ def ensure_services() -> RunServices:
         raise RuntimeError(f"{DB_ENV} must be 'sqlite' or 'postgres', not {db!r}")
 
     redis_url = os.environ.get(REDIS_URL_ENV)
-    if not redis_url:
+    worker = os.environ.get(XDIST_WORKER_ENV, "")
+    if not redis_url or os.environ.get(REDIS_OWNER_ENV, "") != worker:
         redis = RedisServer().start()
         _own(redis.stop)
         redis_url = os.environ[REDIS_URL_ENV] = redis.url
+        os.environ[REDIS_OWNER_ENV] = worker
 
     pg_port: int | None = None
     sqlite_dir: Path | None = None

@@ -33,9 +33,9 @@ from tests.services_setup import (
     ensure_services,
 )
 from tests.skewed_clock import install_from_environment as install_skewed_clock
-from tests.support.sentinel_settings import CACHE_ALIAS as SENTINEL_CACHE_ALIAS
-from tests.support.sentinel_settings import SENTINELS_ENV, parse_sentinels, sentinel_cache
-from tests.support.sentinel_settings import SERVICE_ENV as SENTINEL_SERVICE_ENV
+from tests.support.sentinel import CACHE_ALIAS as SENTINEL_CACHE_ALIAS
+from tests.support.sentinel import SENTINELS_ENV, parse_sentinels, sentinel_cache
+from tests.support.sentinel import SERVICE_ENV as SENTINEL_SERVICE_ENV
 
 SECRET_KEY = "django-insecure-delayjobs-tests-only"
 # Consumer and manage.py subprocesses run with it, as they did on the sample's settings;
@@ -137,7 +137,7 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 
 # tests/scale/test_sentinel.py: Redis through Sentinel, by a django-redis cache configured
-# as django-redis documents it (tests.support.sentinel_settings.sentinel_cache), named by
+# as django-redis documents it (tests.support.sentinel.sentinel_cache), named by
 # delayjobs' REDIS_CACHE_ALIAS as a project would.
 if os.environ.get(SENTINELS_ENV):
     CACHES = {
@@ -163,6 +163,10 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": "WARNING"},
 }
+# A test may read more of its subprocesses' output: delayjobs' logger at this level (DEBUG
+# shows each job the Celery executor hands over, by attempt).
+if os.environ.get("DELAYJOBS_TEST_LOG_LEVEL"):
+    LOGGING["loggers"] = {"delayjobs": {"level": os.environ["DELAYJOBS_TEST_LOG_LEVEL"]}}
 
 # Django's Tasks framework on delayjobs (tests/integration/test_tasks_backend.py, tasks in
 # tests/tasks.py): django.tasks on Django 6, the django-tasks backport on Django 5.2.

@@ -1,7 +1,7 @@
 from django.contrib import admin
 
 from delayjobs.admin import DelayedJobInline
-from sampleproject.meetings.models import Attendee, Meeting, Reminder, Room, RoomRequest
+from sampleproject.meetings.models import Attendee, Meeting, Reminder, Room
 
 
 @admin.register(Room)
@@ -37,24 +37,3 @@ class ReminderAdmin(admin.ModelAdmin):
     list_display = ["meeting", "attendee", "meeting_starts_at", "sent_at"]
     list_filter = ["meeting__room"]
     search_fields = ["meeting__title", "attendee__email"]
-
-
-@admin.register(RoomRequest)
-class RoomRequestAdmin(admin.ModelAdmin):
-    list_display = [
-        "room",
-        "requested_by",
-        "starts_at",
-        "ends_at",
-        "status",
-        "expires_at",
-        "decided_at",
-    ]
-    list_filter = ["status", "room"]
-    search_fields = ["requested_by"]
-    actions = ["approve"]
-
-    @admin.action(description="Approve selected pending requests")
-    def approve(self, request, queryset) -> None:
-        approved = sum(room_request.approve() for room_request in queryset)
-        self.message_user(request, f"{approved} request(s) approved.")

@@ -1,7 +1,7 @@
 """The meetings app's job types, and the bindings that keep them in step with each meeting's
-and room request's times (``delayjobs.bind``): saving a meeting schedules, moves or cancels
-its jobs. Each job type re-reads the current state before acting, because delivery is
-at-least-once: a job may run twice, or after its meeting changed."""
+times (``delayjobs.bind``): saving a meeting schedules, moves or cancels its jobs. Each job
+type re-reads the current state before acting, because delivery is at-least-once: a job may
+run twice, or after its meeting changed."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 import delayjobs
-from sampleproject.meetings.models import Meeting, Reminder, RoomRequest
+from sampleproject.meetings.models import Meeting, Reminder
 
 if TYPE_CHECKING:
     from delayjobs.bindings import Binding
@@ -175,39 +175,3 @@ class EndMeeting(MeetingJob):
 MEETING_JOB_TYPES: tuple[type[MeetingJob], ...] = (RemindAttendees, StartMeeting, EndMeeting)
 for meeting_job_type in MEETING_JOB_TYPES:
     meeting_job_type.bind()
-
-
-@delayjobs.register
-class ExpireRoomRequest(delayjobs.JobType):
-    """Rejects a room request nobody decided on by its ``expires_at``."""
-
-    name = "meetings.expire_request"
-    binding: ClassVar[Binding]
-
-    @staticmethod
-    def is_pending(room_request: RoomRequest) -> bool:
-        return room_request.status == RoomRequest.Status.PENDING
-
-    @staticmethod
-    def payload(room_request: RoomRequest) -> dict[str, Any]:
-        return {"room_request_id": room_request.pk}
-
-    def should_run(self, job: DelayedJob) -> bool:
-        # Approving cancels the job through the binding; one approved as the job was
-        # starting ends "skipped" rather than rejected.
-        pk = job.payload["room_request_id"]
-        return RoomRequest.objects.filter(pk=pk, status=RoomRequest.Status.PENDING).exists()
-
-    def execute(self, job: DelayedJob) -> None:
-        request = RoomRequest.objects.filter(pk=job.payload["room_request_id"]).first()
-        if request is not None and request.expire():
-            log.info("Room request %s expired unapproved: rejected", request.pk)
-
-
-ExpireRoomRequest.binding = delayjobs.bind(
-    RoomRequest,
-    "expires_at",
-    job_type=ExpireRoomRequest,
-    when=ExpireRoomRequest.is_pending,
-    payload=ExpireRoomRequest.payload,
-)

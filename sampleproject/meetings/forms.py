@@ -8,7 +8,7 @@ from django import forms
 from django.core.exceptions import ValidationError
 from django.core.validators import validate_email
 
-from sampleproject.meetings.models import Meeting, RoomRequest
+from sampleproject.meetings.models import Meeting
 
 # The browser's own picker; the value is read in the current time zone (UTC here).
 DATETIME_WIDGET = forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M")
@@ -39,17 +39,3 @@ class MeetingForm(forms.ModelForm):
 
 class MoveMeetingForm(forms.Form):
     minutes = forms.IntegerField(help_text="Negative moves the meeting earlier.")
-
-
-class RoomRequestForm(forms.ModelForm):
-    class Meta:
-        model = RoomRequest
-        fields = ["room", "requested_by", "starts_at", "ends_at"]
-        widgets = {"starts_at": DATETIME_WIDGET, "ends_at": DATETIME_WIDGET}
-
-    def clean(self) -> dict:
-        cleaned = super().clean()
-        starts_at, ends_at = cleaned.get("starts_at"), cleaned.get("ends_at")
-        if starts_at and ends_at and ends_at <= starts_at:
-            self.add_error("ends_at", "The request must end after it starts.")
-        return cleaned

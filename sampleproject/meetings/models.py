@@ -1,17 +1,15 @@
-"""Rooms, meetings, attendees, the reminders sent to them, and room requests."""
+"""Rooms, meetings, attendees, and the reminders sent to them."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
-from typing import Any
+from datetime import timedelta
 
-from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models
 from django.utils import timezone
 
-from sampleproject.common import SavedWithJobs, save_if_status
+from sampleproject.common import SavedWithJobs
 
 
 class Room(models.Model):
@@ -56,10 +54,6 @@ class Meeting(SavedWithJobs):
     def clean(self) -> None:
         if self.starts_at and self.ends_at and self.ends_at <= self.starts_at:
             raise ValidationError({"ends_at": "A meeting must end after it starts."})
-
-    @property
-    def remind_at(self) -> datetime:
-        return self.starts_at - timedelta(minutes=self.remind_minutes)
 
     def move(self, by: timedelta) -> None:
         """Shift start and end; saving moves the meeting's jobs to the new times."""
@@ -118,54 +112,3 @@ class Reminder(models.Model):
 
     def __str__(self) -> str:
         return f"Reminder of {self.meeting} to {self.attendee}"
-
-
-def room_request_timeout() -> timedelta:
-    return getattr(settings, "ROOM_REQUEST_TIMEOUT", timedelta(hours=24))
-
-
-class RoomRequest(SavedWithJobs):
-    """A request for a room: its expire job is bound to ``expires_at`` while it is pending."""
-
-    class Status(models.TextChoices):
-        PENDING = "pending", "Pending"
-        APPROVED = "approved", "Approved"
-        REJECTED = "rejected", "Rejected"
-
-    room = models.ForeignKey(Room, on_delete=models.CASCADE, related_name="requests")
-    requested_by = models.CharField(max_length=100)
-    starts_at = models.DateTimeField()
-    ends_at = models.DateTimeField()
-    status = models.CharField(max_length=20, choices=Status, default=Status.PENDING)
-    created_at = models.DateTimeField(default=timezone.now)
-    # When a still-pending request is rejected. Defaults to created_at plus
-    # settings.ROOM_REQUEST_TIMEOUT; a field, so one request (the demo's) can be shorter.
-    expires_at = models.DateTimeField(blank=True)
-    decided_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        ordering = ["-created_at", "-pk"]
-
-    def __str__(self) -> str:
-        return f"{self.room} for {self.requested_by} ({self.status})"
-
-    def save(self, *args: Any, **kwargs: Any) -> None:
-        if self.expires_at is None:
-            self.expires_at = self.created_at + room_request_timeout()
-        super().save(*args, **kwargs)
-
-    def approve(self) -> bool:
-        """Approve if still pending; report whether it was approved. The expire job's binding
-        sees "pending" turn false and cancels the job."""
-        return save_if_status(
-            self, self.Status.PENDING, status=self.Status.APPROVED, decided_at=timezone.now()
-        )
-
-    def expire(self) -> bool:
-        """Reject if still pending; report whether it was rejected. Called by the expire job."""
-        # Conditional UPDATE: an approval may race this; exactly one wins (save_if_status).
-        changed = RoomRequest.objects.filter(pk=self.pk, status=self.Status.PENDING).update(
-            status=self.Status.REJECTED, decided_at=timezone.now()
-        )
-        self.refresh_from_db(fields=["status", "decided_at"])
-        return bool(changed)

@@ -1,4 +1,4 @@
-"""A small server-rendered UI: meetings (list, create, move) and room requests."""
+"""A small server-rendered UI: meetings (list, create, move)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from sampleproject.meetings.forms import MeetingForm, MoveMeetingForm, RoomRequestForm
-from sampleproject.meetings.models import Attendee, Meeting, RoomRequest
+from sampleproject.meetings.forms import MeetingForm, MoveMeetingForm
+from sampleproject.meetings.models import Attendee, Meeting
 
 
 def _render_meetings(
@@ -60,41 +60,3 @@ def meeting_move(request: HttpRequest, pk: int) -> HttpResponse:
     else:
         messages.success(request, f"Moved {meeting.title!r} by {minutes} min; its jobs moved too.")
     return redirect("meetings:list")
-
-
-def _render_requests(
-    request: HttpRequest, form: RoomRequestForm | None = None, status: int = 200
-) -> HttpResponse:
-    context = {
-        "room_requests": RoomRequest.objects.select_related("room"),
-        "form": form or RoomRequestForm(),
-    }
-    return render(request, "meetings/room_request_list.html", context, status=status)
-
-
-@require_GET
-def room_request_list(request: HttpRequest) -> HttpResponse:
-    return _render_requests(request)
-
-
-@require_POST
-def room_request_create(request: HttpRequest) -> HttpResponse:
-    form = RoomRequestForm(request.POST)
-    if not form.is_valid():
-        return _render_requests(request, form, status=400)
-    room_request = form.save()
-    deadline = f"{room_request.expires_at:%Y-%m-%d %H:%M:%S}"
-    messages.success(
-        request, f"Room request {room_request.pk} made; rejected at {deadline} unless approved."
-    )
-    return redirect("meetings:request_list")
-
-
-@require_POST
-def room_request_approve(request: HttpRequest, pk: int) -> HttpResponse:
-    room_request = get_object_or_404(RoomRequest, pk=pk)
-    if room_request.approve():
-        messages.success(request, f"Room request {pk} approved.")
-    else:
-        messages.error(request, f"Room request {pk} is already {room_request.status}.")
-    return redirect("meetings:request_list")

@@ -148,9 +148,11 @@ def test_a_consumer_whose_threads_are_all_stuck_exits_for_a_fresh_one(
 def test_jobs_claimed_behind_a_long_one_are_not_timed_out_while_they_wait_for_a_thread(
     consumer_process: ConsumerFactory, release_file: Path
 ) -> None:
-    # One thread. Quick jobs first, so that the consumer claims many jobs per idle thread.
+    # One thread. Quick jobs first, so that the consumer claims many jobs per idle thread:
+    # how many follows the running average of execution times, which must forget the
+    # first executions (a connection to open) and a busy machine's outliers, hence 100.
     consumer = consumer_process("--concurrency", "1")
-    warm_up = delayjobs.schedule_many([{"job_type": "tests.noop"} for _ in range(20)])
+    warm_up = delayjobs.schedule_many([{"job_type": "tests.noop"} for _ in range(100)])
     wait_final([job.pk for job in warm_up], [consumer])
 
     # Claimed together: the long job (time_to_run 60 s) takes the thread, the quick ones

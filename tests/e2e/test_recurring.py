@@ -192,8 +192,13 @@ def wait_ended_through(name: str, tick: datetime, consumers: Sequence[ConsumerPr
     try:
         wait_for(ended, timeout=90, interval=0.1)
     except AssertionError:
+        jobs = DelayedJob.objects.filter(key__startswith=f"schedule:{name}@", run_at__lte=tick)
+        left = jobs.filter(status__in=ACTIVE).values_list("pk", "run_at", "status", "attempts")
         logs = "\n".join(consumer.output()[-3000:] for consumer in consumers)
-        raise AssertionError(f"the ticks through {tick} did not all end\n{logs}") from None
+        raise AssertionError(
+            f"the ticks through {tick} did not all end (now {clock.now()}; not ended: "
+            f"{list(left)})\n{logs}"
+        ) from None
 
 
 @dataclass(frozen=True)

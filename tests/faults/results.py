@@ -6,6 +6,7 @@ what the file already holds, so running one scenario alone updates only its entr
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import platform
@@ -38,12 +39,16 @@ class Results:
         return data
 
     def record(self, scenario: str, figures: dict[str, Any]) -> None:
-        data = self.load()
-        data["scenarios"][scenario] = {**figures, "environment": self.environment}
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = self.path.with_suffix(".tmp")
-        temporary.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-        temporary.replace(self.path)
+        # Scenarios of one file may end at once in two pytest-xdist workers (.ci/scale):
+        # one merges at a time, or the other's entry would be lost.
+        with open(self.path.with_suffix(".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            data = self.load()
+            data["scenarios"][scenario] = {**figures, "environment": self.environment}
+            temporary = self.path.with_suffix(".tmp")
+            temporary.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+            temporary.replace(self.path)
 
 
 def environment(versions: dict[str, str]) -> dict[str, Any]:

@@ -17,8 +17,10 @@ from typing import Any
 import psycopg
 import redis
 
-from sampleproject.services import LOOPBACK, PostgresServer, RedisServer
 from tests.faults.jobs import LEDGER_ENV
+from tests.support.postgres import PostgresServer
+from tests.support.processes import LOOPBACK
+from tests.support.redis_server import RedisServer
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MIGRATE_TIMEOUT = 120.0
@@ -34,37 +36,18 @@ MAIN_RUN_ONLY = (
 )
 
 
-class RestartablePostgres(PostgresServer):
-    """A PostgresServer that can be taken down and brought back on its port and data."""
-
-    def take_down(self) -> None:
-        """Fast shutdown (SIGINT to the postmaster, by pid): sessions are cut, data is kept."""
-        self._terminate()
-
-    def bring_up(self) -> None:
-        """Start again on the same data directory and port; returns once it accepts queries."""
-        self._launch()
-
-
-class RestartableRedis(RedisServer):
-    """A RedisServer that can be stopped and started again, empty, on the same port."""
-
-    def take_down(self) -> None:
-        self._terminate()
-
-    def bring_up(self) -> None:
-        # No persistence (--save "", no AOF): the new server starts with no data at all.
-        self._launch()
-
-
 class FaultServices:
-    """The suite's servers, and how its subprocesses and checks reach them."""
+    """The suite's servers, and how its subprocesses and checks reach them.
+
+    Its scenarios take each server down and bring it up again (``take_down``,
+    ``bring_up``): PostgreSQL keeps its data, Redis comes back empty.
+    """
 
     def __init__(self, *, listen: tuple[str, ...] = (), trusted: tuple[str, ...] = ()) -> None:
         """``listen``: addresses both servers listen on besides 127.0.0.1; ``trusted``:
         networks PostgreSQL lets in (tests/scale's network namespaces reach them so)."""
-        self.postgres = RestartablePostgres(listen=listen, trusted=trusted)
-        self.redis = RestartableRedis(listen=listen)
+        self.postgres = PostgresServer(listen=listen, trusted=trusted)
+        self.redis = RedisServer(listen=listen)
 
     def start(self) -> FaultServices:
         try:

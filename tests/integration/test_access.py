@@ -45,10 +45,10 @@ from delayjobs.index.keys import due_key, preload_lock_key, wake_channel
 from delayjobs.index.store import RedisStore, get_store
 from delayjobs.jobtypes import registry
 from delayjobs.models import DelayedJob, JobAttempt, JobStatus
-from sampleproject.services import RedisServer, redis_ping
 from tests.conftest import REPO_ROOT, ConsumerFactory, subprocess_env
 from tests.integration.test_admin import changelist_url, make_job, staff_client
 from tests.models import Execution
+from tests.support.redis_server import RedisServer, redis_ping
 from tests.utils import wait_for
 
 SCRIPTED = "tests.scripted"

@@ -24,9 +24,9 @@ from prometheus_client.parser import text_string_to_metric_families
 import delayjobs
 from delayjobs.core import metrics
 from delayjobs.engine.consumer import Consumer
-from sampleproject.services import free_port
 from tests.conftest import REPO_ROOT, ConsumerFactory, ConsumerProcess
 from tests.consumers import wait_final
+from tests.support.processes import free_port
 from tests.utils import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -1,11 +1,10 @@
 """The sample project, driven like a user would: through its views, with the test client.
 
 Its jobs are bound to model fields (``delayjobs.bind`` in the apps' ``delay_jobs.py``):
-saving a meeting, an order or a room request schedules, moves or cancels them. The last
-tests run a real consumer subprocess and check in the database that meetings remind, start
-and end at their current times (never at times they were moved away from), unpaid orders
-close and unapproved room requests are rejected, while paid and approved ones are left
-alone, and jobs whose object changed behind the bindings' back end skipped.
+saving a meeting or an order schedules, moves or cancels them. The last tests run a real
+consumer subprocess and check in the database that meetings remind, start and end at their
+current times (never at times they were moved away from), unpaid orders close while paid
+ones are left alone, and jobs whose object changed behind the bindings' back end skipped.
 """
 
 from __future__ import annotations
@@ -22,14 +21,8 @@ from django.utils import timezone
 
 from delayjobs.index.store import RedisStore
 from delayjobs.models import AttemptOutcome, DelayedJob, JobStatus
-from sampleproject.meetings.delay_jobs import (
-    EndMeeting,
-    ExpireRoomRequest,
-    MeetingJob,
-    RemindAttendees,
-    StartMeeting,
-)
-from sampleproject.meetings.models import Meeting, Reminder, Room, RoomRequest
+from sampleproject.meetings.delay_jobs import EndMeeting, MeetingJob, RemindAttendees, StartMeeting
+from sampleproject.meetings.models import Meeting, Reminder, Room
 from sampleproject.orders.delay_jobs import CloseUnpaidOrder
 from sampleproject.orders.models import Order
 from tests.conftest import ConsumerFactory, ConsumerProcess
@@ -101,12 +94,6 @@ def place_order(client: Client, customer: str, total: str = "12.50") -> Order:
 def close_job(order: Order) -> DelayedJob:
     job = CloseUnpaidOrder.binding.job_for(order)
     assert job is not None, f"order {order.pk} has no close job"
-    return job
-
-
-def expire_job(room_request: RoomRequest) -> DelayedJob:
-    job = ExpireRoomRequest.binding.job_for(room_request)
-    assert job is not None, f"room request {room_request.pk} has no expire job"
     return job
 
 
@@ -327,65 +314,6 @@ def test_paying_an_order_cancels_its_close_job(client: Client) -> None:
     assert close_job(order).status == JobStatus.CANCELLED
 
 
-# Room requests -----------------------------------------------------------------------------
-
-
-def request_room(client: Client, room: Room, requested_by: str = "Grace") -> RoomRequest:
-    starts_at = timezone.now() + timedelta(days=3)
-    before = set(RoomRequest.objects.values_list("pk", flat=True))
-    response = client.post(
-        reverse("meetings:request_create"),
-        {
-            "room": room.pk,
-            "requested_by": requested_by,
-            "starts_at": starts_at.isoformat(),
-            "ends_at": (starts_at + timedelta(hours=1)).isoformat(),
-        },
-    )
-    assert response.status_code == 302, response.content.decode()
-    (room_request,) = RoomRequest.objects.exclude(pk__in=before)
-    return room_request
-
-
-def test_a_room_request_schedules_its_rejection_and_approving_cancels_it(
-    client: Client, room: Room, settings: Any
-) -> None:
-    settings.ROOM_REQUEST_TIMEOUT = timedelta(hours=24)
-    room_request = request_room(client, room)
-
-    assert room_request.status == RoomRequest.Status.PENDING
-    assert room_request.expires_at == room_request.created_at + timedelta(hours=24)
-    job = expire_job(room_request)
-    assert (job.job_type, job.status) == ("meetings.expire_request", JobStatus.SCHEDULED)
-    assert job.run_at == room_request.expires_at
-    assert job.payload == {"room_request_id": room_request.pk}
-
-    response = client.post(reverse("meetings:request_approve", args=[room_request.pk]))
-    assert response.status_code == 302
-    room_request.refresh_from_db()
-    assert room_request.status == RoomRequest.Status.APPROVED
-    job.refresh_from_db()
-    assert job.status == JobStatus.CANCELLED
-
-
-def test_a_room_request_rejected_in_the_admin_loses_its_expire_job(
-    admin_client: Client, room: Room
-) -> None:
-    room_request = request_room(admin_client, room)
-    job = expire_job(room_request)
-
-    room_request.status = RoomRequest.Status.REJECTED  # as the admin's change form saves it
-    room_request.save()
-    job.refresh_from_db()
-    assert job.status == JobStatus.CANCELLED
-
-    # Approving it now is refused: it is decided already.
-    response = admin_client.post(
-        reverse("meetings:request_approve", args=[room_request.pk]), follow=True
-    )
-    assert "already rejected" in response.content.decode()
-
-
 # With a real consumer ----------------------------------------------------------------------
 
 
@@ -514,28 +442,18 @@ def test_meetings_end_to_end_with_a_real_consumer(
 
 
 @pytest.mark.subprocess
-def test_orders_and_room_requests_end_to_end_with_a_real_consumer(
-    client: Client,
-    room: Room,
-    settings: Any,
-    consumer_process: ConsumerFactory,
-    redis_client: redis.Redis,
+def test_orders_end_to_end_with_a_real_consumer(
+    client: Client, settings: Any, consumer_process: ConsumerFactory, redis_client: redis.Redis
 ) -> None:
-    """Paid orders and approved requests keep their state; the others are closed and
-    rejected by their jobs, on time."""
+    """Paid orders keep their state; the others are closed by their jobs, on time."""
     consumer = consumer_process()
     wait_listening(redis_client, [consumer])
-    # Orders and room requests time out after a second and a half; the paid and the
-    # approved ones are made first, so their jobs would run first if they had not been
-    # cancelled.
+    # Orders time out after a second and a half; the paid one is placed first, so its job
+    # would run first if it had not been cancelled.
     settings.ORDER_PAYMENT_TIMEOUT = timedelta(seconds=1.5)
-    settings.ROOM_REQUEST_TIMEOUT = timedelta(seconds=1.5)
     paid = place_order(client, "Paid")
-    approved = request_room(client, room, "Approved")
     assert client.post(reverse("orders:pay", args=[paid.pk])).status_code == 302
-    assert client.post(reverse("meetings:request_approve", args=[approved.pk])).status_code == 302
     unpaid = place_order(client, "Unpaid")
-    unapproved = request_room(client, room, "Unapproved")
     # Paid behind the binding's back (a payment provider's callback writing the row with
     # update(), say): the close job still comes due, and its should_run() says no.
     paid_elsewhere = place_order(client, "Paid elsewhere")
@@ -543,9 +461,9 @@ def test_orders_and_room_requests_end_to_end_with_a_real_consumer(
         status=Order.Status.PAID, paid_at=timezone.now()
     )
 
-    watched = [close_job(unpaid), expire_job(unapproved), close_job(paid_elsewhere)]
+    watched = [close_job(unpaid), close_job(paid_elsewhere)]
     wait_until(
-        "order and room request jobs not all finished",
+        "order jobs not all finished",
         lambda: not DelayedJob.objects.filter(pk__in=[j.pk for j in watched]).active().exists(),
         consumer,
     )
@@ -555,22 +473,15 @@ def test_orders_and_room_requests_end_to_end_with_a_real_consumer(
     assert unpaid.closed_at is not None
     assert_ran_once_on_time(close_job(unpaid))
 
-    unapproved.refresh_from_db()
-    assert unapproved.status == RoomRequest.Status.REJECTED
-    assert_ran_once_on_time(expire_job(unapproved))
-
     paid_elsewhere.refresh_from_db()
     assert (paid_elsewhere.status, paid_elsewhere.closed_at) == (Order.Status.PAID, None)
     assert_skipped(close_job(paid_elsewhere))
 
-    # The paid order and the approved request: their jobs were cancelled, never attempted,
-    # though they were due before the others.
+    # The paid order: its job was cancelled, never attempted, though it was due first.
     paid.refresh_from_db()
     assert (paid.status, paid.closed_at) == (Order.Status.PAID, None)
-    approved.refresh_from_db()
-    assert approved.status == RoomRequest.Status.APPROVED
-    for job in (close_job(paid), expire_job(approved)):
-        assert (job.status, job.attempts) == (JobStatus.CANCELLED, 0)
-        assert not job.history.exists()
-        assert job.run_at < close_job(unpaid).run_at
+    job = close_job(paid)
+    assert (job.status, job.attempts) == (JobStatus.CANCELLED, 0)
+    assert not job.history.exists()
+    assert job.run_at < close_job(unpaid).run_at
     assert consumer.returncode is None

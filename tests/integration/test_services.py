@@ -9,7 +9,7 @@ import redis
 from django.conf import settings
 from django.db import connection
 
-from sampleproject.services import RedisServer, redis_ping
+from tests.support.redis_server import RedisServer, redis_ping
 from tests.utils import wait_for
 
 

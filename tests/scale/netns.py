@@ -26,7 +26,7 @@ import subprocess
 from dataclasses import dataclass
 from typing import Self
 
-from sampleproject.services import _Service
+from tests.support.processes import Started
 
 #: The /16 the links are carved from (see the module docstring).
 SUPERNET = "10.216.0.0/16"
@@ -93,7 +93,7 @@ class Namespace:
         return ("ip", "netns", "exec", self.name)
 
 
-class Network(_Service):
+class Network(Started):
     """``count`` namespaces, each with its Redis link and its PostgreSQL link."""
 
     def __init__(self, count: int) -> None:

@@ -13,6 +13,7 @@ announcement that never came would make jobs a whole IDLE_TIMEOUT late.
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -29,6 +30,7 @@ from tests.conftest import ConsumerProcess
 from tests.consumers import check_alive, wait_output
 from tests.faults.harness import JOBS, Batch, Execution, FaultRun, percentiles
 from tests.faults.results import REPO_ROOT, Results, environment
+from tests.faults.services import FaultServices
 
 # The store's unit tests, collected here again to run on the cluster (the fixtures below
 # give them a cluster client). Left out: those that open a second, single-server client
@@ -51,7 +53,7 @@ from tests.integration.test_redis_store import (  # noqa: F401
     test_remove_drops_only_the_given_members,
     wake,
 )
-from tests.scale.cluster import ClusterServices, RedisClusterServers, cluster_overrides
+from tests.support.cluster import RedisClusterServers
 from tests.utils import wait_for
 
 QUEUE_COUNT = 16
@@ -68,6 +70,39 @@ PAUSED_JOBS = 40
 PAUSE_LEAD = 2.0
 #: Jobs due while no node of the cluster answers.
 OUTAGE_JOBS = 160
+
+
+class ClusterServices(FaultServices):
+    """The fault suite's PostgreSQL with a Redis Cluster in place of its Redis.
+
+    Its children (consumers, the scheduling driver) get ``REDIS_CLUSTER = True`` and a
+    URL of one node, as a deployment on a cluster would configure delayjobs.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cluster = RedisClusterServers()
+        # Started, stopped and named in children's settings in place of the single Redis.
+        self.redis = self.cluster  # type: ignore[assignment]
+
+    def env(self, **extra: str) -> dict[str, str]:
+        return super().env(DELAYJOBS_TEST_OVERRIDES=json.dumps(cluster_overrides()), **extra)
+
+    def redis_client(self) -> RedisCluster:  # type: ignore[override]
+        return self.cluster.client()
+
+    def versions(self) -> dict[str, str]:
+        client = self.cluster.nodes[0].client()
+        try:
+            version = str(client.info("server").get("redis_version"))
+        finally:
+            client.close()
+        return {**super().versions(), "redis": f"{version}, {len(self.cluster.nodes)} masters"}
+
+
+def cluster_overrides(**values: Any) -> dict[str, Any]:
+    """DELAYJOBS overrides of the suite's children: on the cluster, plus ``values``."""
+    return {"REDIS_CLUSTER": True, **values}
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,6 @@ import psycopg
 import pytest
 from django.db.utils import ConnectionHandler
 
-from sampleproject.services import PgBouncerServer
 from tests.conftest import ConsumerProcess
 from tests.faults.harness import (
     FaultRun,
@@ -36,6 +35,7 @@ from tests.faults.harness import (
 )
 from tests.faults.results import REPO_ROOT, Results, environment
 from tests.faults.services import FaultServices
+from tests.support.pgbouncer import PgBouncerServer
 
 RESULTS = REPO_ROOT / "build" / "scale" / "pgbouncer.json"
 
@@ -104,15 +104,15 @@ class PgBouncerFaultServices(FaultServices):
             "DISABLE_SERVER_SIDE_CURSORS": True,
         }
 
-    def stats(self) -> dict[str, str | None]:
+    def stats(self) -> dict[str, Any]:
         """PgBouncer's counters for the suite's database (transactions, queries, waits)."""
         return self._row("SHOW STATS")
 
-    def pool(self) -> dict[str, str | None]:
+    def pool(self) -> dict[str, Any]:
         """The suite's pool: clients active and waiting, server connections by state."""
         return self._row("SHOW POOLS")
 
-    def _row(self, command: str) -> dict[str, str | None]:
+    def _row(self, command: str) -> dict[str, Any]:
         for row in self.pgbouncer.admin(command):
             if row["database"] == self.postgres.name:
                 return row
@@ -358,7 +358,7 @@ def test_d_pool_exhausted_under_load(
         "pgbouncer-d", f"PgBouncer's pool exhausted by another client for {POOL_HELD:.0f} s"
     )
     consumers = start_consumers(run, "d")
-    pool: dict[str, str | None] = {}
+    pool: dict[str, Any] = {}
 
     def strike() -> Callable[[], None]:
         holders = hold_pool(services)

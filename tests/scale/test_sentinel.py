@@ -1,7 +1,7 @@
 """Redis Sentinel: the master SIGKILLed under load, and index entries it never replicated.
 
 delayjobs reaches Redis through a django-redis cache configured as django-redis documents
-it (``SentinelClient`` and ``SentinelConnectionFactory``, see tests.scale.sentinel), named
+it (``SentinelClient`` and ``SentinelConnectionFactory``, see tests.support.sentinel), named
 by ``REDIS_CACHE_ALIAS``. The deployment is real: one master, one replica, three
 sentinels, started here on loopback ports. The scenarios reuse the fault suite's harness
 (``FaultRun``: ``run_delay_consumer`` processes, ledger jobs scheduled by a driver process
@@ -41,7 +41,7 @@ from tests.faults.harness import (
 from tests.faults.jobs import QUEUE
 from tests.faults.results import Results, environment
 from tests.faults.services import REPO_ROOT, FaultServices
-from tests.scale.sentinel import (
+from tests.support.sentinel import (
     DOWN_AFTER_MS,
     FAILOVER_TIMEOUT_MS,
     SERVICE,
@@ -74,7 +74,7 @@ class SentinelServices(FaultServices):
 
     PostgreSQL lives as long as the module; ``deploy()`` replaces the deployment (each
     scenario ends with its master killed). Consumers and the driver reach Redis only
-    through the cache of ``tests.support.sentinel_settings.sentinel_cache()``, as a project would.
+    through the cache of ``tests.support.sentinel.sentinel_cache()``, as a project would.
     """
 
     def __init__(self) -> None:

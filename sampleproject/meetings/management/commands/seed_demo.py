@@ -10,7 +10,7 @@ from django.core.management.base import BaseCommand
 from django.utils import timezone
 
 from delayjobs.models import DelayedJob
-from sampleproject.meetings.models import Attendee, Meeting, Room, RoomRequest
+from sampleproject.meetings.models import Attendee, Meeting, Room
 from sampleproject.orders.models import Order
 
 # (title, starts in, ends in, reminder lead): seconds from now. The earliest job is a few
@@ -22,16 +22,10 @@ MEETINGS = [
 ]
 ATTENDEES = [("Ada", "ada@example.com"), ("Grace", "grace@example.com")]
 MOVE_RETRO_BY = timedelta(seconds=10)
-ROOM_REQUEST_TIMEOUT = timedelta(seconds=30)
-
-
-def clock(moment: datetime) -> str:
-    """``HH:MM:SS.mmm`` in UTC, like the log lines."""
-    return f"{moment:%H:%M:%S}.{moment.microsecond // 1000:03d}"
 
 
 class Command(BaseCommand):
-    help = "Seed the demo: 3 meetings, a room request and 2 orders whose jobs fire within a minute."
+    help = "Seed the demo: 3 meetings and 2 orders whose jobs fire within a minute."
 
     def handle(self, *args: Any, **options: Any) -> None:
         now = timezone.now()
@@ -41,13 +35,6 @@ class Command(BaseCommand):
         retro.move(MOVE_RETRO_BY)
         self.stdout.write(f"Moved {retro.title!r} by {MOVE_RETRO_BY.seconds} s: its jobs moved.")
 
-        RoomRequest.objects.create(
-            room=room,
-            requested_by="Dana",
-            starts_at=now + timedelta(hours=1),
-            ends_at=now + timedelta(hours=2),
-            expires_at=now + ROOM_REQUEST_TIMEOUT,
-        )
         Order.objects.create(customer="Erin", total=Decimal("42.00"))
         paid = Order.objects.create(customer="Frank", total=Decimal("17.50"))
         # Paid after its close job was handed to Redis: the consumer may pop it, but the
@@ -78,7 +65,8 @@ class Command(BaseCommand):
         )
         for job in DelayedJob.objects.order_by("run_at", "id"):
             seconds = (job.run_at - now).total_seconds()
+            at = f"{job.run_at:%H:%M:%S.%f}"[:12]  # milliseconds, like the log lines
             self.stdout.write(
-                f"  {seconds:>6.1f}s  {clock(job.run_at):<12}  {job.pk:<6}  {job.job_type:<24}  "
+                f"  {seconds:>6.1f}s  {at:<12}  {job.pk:<6}  {job.job_type:<24}  "
                 f"{job.key or '':<46}  {job.status}"
             )

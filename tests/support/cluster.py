@@ -1,7 +1,6 @@
-"""A real Redis Cluster of three masters (no replicas) on loopback, for the scale suite.
+"""A real Redis Cluster of three masters (no replicas) on loopback, for tests/scale.
 
-Each node is a ``RedisServer`` (a child process on a free 127.0.0.1 port, in a private
-temporary directory, stopped by its pid, killed if the test run dies) started with
+Each node is a ``RedisServer`` (tests.support.redis_server) started with
 ``--cluster-enabled yes``. The cluster is formed by the nodes' own commands: each master
 takes a third of the 16384 slots (CLUSTER ADDSLOTSRANGE), the first meets the others
 (CLUSTER MEET), and the cluster is ready once every node reports ``cluster_state:ok``
@@ -20,8 +19,8 @@ from typing import Any
 import redis
 from redis.cluster import RedisCluster
 
-from sampleproject.services import LOOPBACK, SYSTEM_REDIS_SERVER, free_port
-from tests.faults.services import FaultServices, RestartableRedis
+from tests.support.processes import LOOPBACK, free_port
+from tests.support.redis_server import SYSTEM_REDIS_SERVER, RedisServer
 from tests.utils import wait_for
 
 SLOTS = 16384
@@ -55,7 +54,7 @@ def cluster_redis_server() -> str:
     return binary
 
 
-class ClusterNode(RestartableRedis):
+class ClusterNode(RedisServer):
     """A ``RedisServer`` in cluster mode, with its cluster bus on a port of its own.
 
     The bus port is by default the client port + 10000, which may be taken (or past
@@ -199,36 +198,3 @@ class RedisClusterServers:
             if int(start) <= slot <= int(end):
                 return int(master[1])
         raise AssertionError(f"slot {slot} of {key!r} is owned by no master: {shards}")
-
-
-class ClusterServices(FaultServices):
-    """The fault suite's PostgreSQL with a Redis Cluster in place of its Redis.
-
-    Its children (consumers, the scheduling driver) get ``REDIS_CLUSTER = True`` and a
-    URL of one node, as a deployment on a cluster would configure delayjobs.
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.cluster = RedisClusterServers()
-        # Started, stopped and named in children's settings in place of the single Redis.
-        self.redis = self.cluster  # type: ignore[assignment]
-
-    def env(self, **extra: str) -> dict[str, str]:
-        return super().env(DELAYJOBS_TEST_OVERRIDES=json.dumps(cluster_overrides()), **extra)
-
-    def redis_client(self) -> RedisCluster:  # type: ignore[override]
-        return self.cluster.client()
-
-    def versions(self) -> dict[str, str]:
-        client = self.cluster.nodes[0].client()
-        try:
-            version = str(client.info("server").get("redis_version"))
-        finally:
-            client.close()
-        return {**super().versions(), "redis": f"{version}, {len(self.cluster.nodes)} masters"}
-
-
-def cluster_overrides(**values: Any) -> dict[str, Any]:
-    """DELAYJOBS overrides of the suite's children: on the cluster, plus ``values``."""
-    return {"REDIS_CLUSTER": True, **values}

@@ -1,15 +1,15 @@
-"""A Redis Sentinel deployment for the tests: one master, one replica, three sentinels.
+"""A Redis Sentinel deployment for the tests: one master, one replica, three sentinels; and
+the django-redis cache on it, as tests/settings.py configures it for tests/scale.
 
-Each server is a ``sampleproject.services.RedisServer`` (a direct child process on a free
-127.0.0.1 port, a private temporary directory, stopped by its pid, SIGKILLed by the kernel
-if the test run dies); the replica adds ``--replicaof``, a sentinel runs the same binary
-with ``--sentinel`` and a configuration file of its own (Sentinel rewrites it). Readiness
-is an event each time: the replica's link is up, every sentinel knows the replica and the
-two other sentinels. Failover is quick on purpose (``down-after-milliseconds`` 1 s).
+Each server is a ``RedisServer`` (tests.support.redis_server); the replica adds
+``--replicaof``, a sentinel runs the same binary with ``--sentinel`` and a configuration
+file of its own (Sentinel rewrites it). Readiness is an event each time: the replica's link
+is up, every sentinel knows the replica and the two other sentinels. Failover is quick on
+purpose (``down-after-milliseconds`` 1 s).
 
-``tests.support.sentinel_settings.sentinel_cache()`` is the django-redis cache configured as
-django-redis documents it ("Use the sentinel connection factory"); tests.settings installs
-it when ``SENTINELS_ENV`` is set, and delayjobs uses it through ``REDIS_CACHE_ALIAS``.
+``sentinel_cache()`` is the django-redis cache configured as django-redis documents it
+("Use the sentinel connection factory"); tests.settings installs it when ``SENTINELS_ENV``
+is set, and delayjobs uses it through ``REDIS_CACHE_ALIAS``.
 """
 
 from __future__ import annotations
@@ -19,20 +19,20 @@ import os
 import signal
 import time
 from pathlib import Path
+from typing import Any
 
 import redis
 from redis.sentinel import Sentinel
 
-from sampleproject.services import (
-    LOOPBACK,
-    STOP_TIMEOUT,
-    SYSTEM_REDIS_SERVER,
-    RedisServer,
-    _stop_process,
-    find_redis_server,
-)
-from tests.support.sentinel_settings import SENTINELS_ENV, SERVICE_ENV
+from tests.support.processes import LOOPBACK, stop_process
+from tests.support.redis_server import SYSTEM_REDIS_SERVER, RedisServer, find_redis_server
 
+#: Environment of the tests' Django processes: the sentinels ("host:port,host:port,...")
+#: and the master's service name. tests.settings reads them.
+SENTINELS_ENV = "DELAYJOBS_TEST_SENTINELS"
+SERVICE_ENV = "DELAYJOBS_TEST_SENTINEL_SERVICE"
+#: The alias of the cache delayjobs uses in those processes.
+CACHE_ALIAS = "sentinel"
 SERVICE = "delayjobs"
 #: Sentinel declares the master down after this long without a valid reply, and gives
 #: a failover this long before another sentinel may try again. Short, so failover is
@@ -73,7 +73,7 @@ class SystemRedisServer(RedisServer):
     def kill(self) -> None:
         """SIGKILL by pid and reap: a crash, with nothing flushed or handed over."""
         if self._process is not None:
-            _stop_process(self._process, signal.SIGKILL, STOP_TIMEOUT)
+            stop_process(self._process, signal.SIGKILL)
             self._process = None
 
     def pause(self) -> None:
@@ -85,9 +85,9 @@ class SystemRedisServer(RedisServer):
         if self._process is not None:
             os.kill(self._process.pid, signal.SIGCONT)
 
-    def _terminate(self) -> None:
+    def take_down(self) -> None:
         self.resume()  # a stopped process would never act on SIGTERM
-        super()._terminate()
+        super().take_down()
 
 
 class ReplicaServer(SystemRedisServer):
@@ -274,3 +274,31 @@ class FailoverWatch:
         with contextlib.suppress(Exception):
             self.pubsub.close()
         self.client.close()
+
+
+def sentinel_cache(sentinels: list[tuple[str, int]], service: str) -> dict[str, Any]:
+    """A CACHES entry for a Sentinel-managed master, as django-redis's README gives it.
+
+    ``CONNECTION_FACTORY`` in OPTIONS (rather than the global
+    DJANGO_REDIS_CONNECTION_FACTORY) is the README's form for a project whose other caches
+    are plain Redis. The socket timeouts bound how long a dead master (or sentinel) holds
+    up a call: with a cache alias, delayjobs' own REDIS_*_TIMEOUT settings do not apply.
+    """
+    return {
+        "BACKEND": "django_redis.cache.RedisCache",
+        # The host part is the master's service name, not a host.
+        "LOCATION": f"redis://{service}/0",
+        "OPTIONS": {
+            "CLIENT_CLASS": "django_redis.client.SentinelClient",
+            "CONNECTION_FACTORY": "django_redis.pool.SentinelConnectionFactory",
+            "SENTINELS": sentinels,
+            "SOCKET_CONNECT_TIMEOUT": 1,
+            "SOCKET_TIMEOUT": 2,
+        },
+    }
+
+
+def parse_sentinels(value: str) -> list[tuple[str, int]]:
+    """``"127.0.0.1:26379,127.0.0.1:26380"`` as [(host, port), ...]."""
+    pairs = (item.rpartition(":") for item in value.split(",") if item)
+    return [(host, int(port)) for host, _sep, port in pairs]
