@@ -1,4 +1,4 @@
-"""A sample project using delayjobs: meetings (reminders, start, end, room requests), orders."""
+"""A sample project using delayjobs: meetings (reminders, start, end), unpaid orders closed."""
 
 import importlib.util
 
