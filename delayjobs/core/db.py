@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from functools import cache
 from typing import TYPE_CHECKING, Any, TypeVar, cast
@@ -180,6 +180,35 @@ def _fast_utc_loader(base: type) -> type:
             return super().load(data)
 
     return FastUtcLoader
+
+
+def int_array(values: Iterable[int]) -> str:
+    """A PostgreSQL array literal of integers, for one ``%s::bigint[]`` parameter.
+
+    Sent as one text value that the server parses: psycopg would adapt a Python list in
+    Python, element by element, several times slower (about 2 us an element).
+    """
+    return "{" + ",".join(map(str, map(int, values))) + "}"
+
+
+def timestamp_array(values: Iterable[datetime | None]) -> str:
+    """A PostgreSQL array literal of timestamps (None is NULL), for ``%s::timestamptz[]``.
+
+    ISO text needs no quoting in an array: digits, ``-``, ``:``, ``.``, ``+`` and ``T``.
+    """
+    return "{" + ",".join("NULL" if v is None else v.isoformat() for v in values) + "}"
+
+
+def text_array(values: Iterable[str | None]) -> str:
+    """A PostgreSQL array literal of text (None is NULL), for ``%s::text[]``: every
+    element quoted, its backslashes and double quotes escaped, anything else kept."""
+    return "{" + ",".join("NULL" if v is None else _quoted(v) for v in values) + "}"
+
+
+def _quoted(text: str) -> str:
+    if "\\" in text or '"' in text:
+        text = text.replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{text}"'
 
 
 def concrete_field(model: type[Model], name: str) -> Field[Any, Any]:
