@@ -65,23 +65,29 @@ def update_returning(queryset: QuerySet[M], **changes: Any) -> list[M] | None:
 
 
 def fetch_models(
-    model: type[M], using: str, sql: str, params: Sequence[Any], *, qualified: bool = False
+    model: type[M],
+    using: str,
+    sql: str,
+    params: Sequence[Any],
+    *,
+    qualified: bool = False,
+    bind_on_server: bool = False,
 ) -> list[M]:
     """Run ``sql`` (a statement returning rows) and build ``model`` instances from them.
 
-    ``{columns}`` in ``sql`` is replaced by the model's columns, in field order (prefixed
-    with its table if ``qualified``); values go through the fields' converters, as in
-    any query.
+    ``{columns}`` in ``sql`` is replaced by ``model_columns(model, using, qualified)``;
+    values go through the fields' converters, as in any query. ``bind_on_server``: send
+    the parameters apart from the statement, where the driver can (psycopg 3), rather than
+    quoting them into its text in Python.
     """
     connection = connections[using]
-    quote = connection.ops.quote_name
     fields = model._meta.concrete_fields
-    prefix = f"{quote(model._meta.db_table)}." if qualified else ""
-    columns = ", ".join(prefix + quote(field.column) for field in fields)
-    with connection.cursor() as cursor:
-        if on_psycopg3_postgresql(connection):
+    fast = on_psycopg3_postgresql(connection)
+    cursor = server_bound_cursor(connection) if fast and bind_on_server else connection.cursor()
+    with cursor:
+        if fast:
             _load_utc_timestamps_fast(cursor.cursor)
-        cursor.execute(sql.replace("{columns}", columns), params)
+        cursor.execute(sql.replace("{columns}", model_columns(model, using, qualified)), params)
         rows: Any = cursor.fetchall()
     compiler = connection.ops.compiler("SQLCompiler")(Query(model), connection, using)
     converters = compiler.get_converters([field.get_col(model._meta.db_table) for field in fields])
@@ -103,6 +109,19 @@ def fetch_models(
         instance._state = state
         instances.append(instance)
     return instances
+
+
+def model_columns(model: type[Model], using: str, qualified: bool = False) -> str:
+    """The model's columns in field order, quoted for ``using`` (prefixed with its table
+    if ``qualified``): what a statement returns for ``fetch_models``."""
+    return _model_columns(model, using, connections[using].vendor, qualified)
+
+
+@cache
+def _model_columns(model: type[Model], using: str, vendor: str, qualified: bool) -> str:
+    quote = connections[using].ops.quote_name
+    prefix = f"{quote(model._meta.db_table)}." if qualified else ""
+    return ", ".join(prefix + quote(field.column) for field in model._meta.concrete_fields)
 
 
 def _plain_init(model: type[Model]) -> bool:
