@@ -15,9 +15,9 @@ from collections.abc import Awaitable, Callable
 from typing import ClassVar, Protocol, cast
 
 from django.core.exceptions import ImproperlyConfigured
-from django.db import close_old_connections
 from django.utils.module_loading import import_string
 
+from delayjobs.core.db import close_old_connections
 from delayjobs.engine.event_loop import EventLoopThread, wait_until_async
 from delayjobs.engine.execution import (
     Running,
@@ -30,6 +30,7 @@ from delayjobs.engine.execution import (
     wait_until,
 )
 from delayjobs.engine.inflight import InFlight
+from delayjobs.engine.outcome_log import log_outcome_of
 from delayjobs.engine.recorder import Recorder
 from delayjobs.engine.workers import WorkerThreads
 from delayjobs.jobtypes import JobType, registry
@@ -168,7 +169,7 @@ class LocalExecutor(ThreadedExecutor):
         self._loop.stop()
 
     def _run(self, running: Running, began: float) -> bool:
-        outcome = run_claimed(running.job, self.worker_id)
+        outcome = run_claimed(running.job, self.worker_id, log=False)
         timed_out = self._finish(running, time.monotonic() - began)
         if timed_out:
             self._log_ignored(outcome)
@@ -192,7 +193,7 @@ class LocalExecutor(ThreadedExecutor):
             began = time.monotonic()
             job = running.job
             opener = self._open_in_thread if opens_apart(job) else None
-            outcome = await run_claimed_async(job, self.worker_id, opener)
+            outcome = await run_claimed_async(job, self.worker_id, opener, log=False)
             timed_out = self._finish(running, time.monotonic() - began)
             settled = True
             if timed_out:
@@ -224,8 +225,9 @@ class LocalExecutor(ThreadedExecutor):
         # turn this outcome into a time-out, and a timed-out one sends nothing here.
         signal_outcome(outcome)
         # Handed over before the slot is freed, so that an idle consumer is never
-        # one with an outcome still unrecorded.
-        self._put(outcome)
+        # one with an outcome still unrecorded. The recorder logs its line, with the
+        # others of its batch: no logging work on the threads that run jobs.
+        self._put(outcome, log=True)
 
     def _open_in_thread(
         self, open_attempt: Callable[[], JobType | None]
@@ -250,6 +252,7 @@ class LocalExecutor(ThreadedExecutor):
         return future
 
     def _log_ignored(self, outcome: Outcome) -> None:
+        log_outcome_of(outcome)
         job = outcome.job
         logger.warning(
             "Job %s %s attempt %d returned after it had timed out; its outcome (%s) "
