@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import inspect
 import logging
 import time
@@ -72,6 +73,11 @@ class Running:
     #: says where it waits. None for a job in a thread, which cannot be stopped.
     cancel: Callable[[], None] | None = None
     stack: Callable[[], str] | None = None
+
+    @functools.cached_property
+    def due(self) -> int:
+        """``due_ns(job)``, computed once: the claim sorts by it, the thread waits for it."""
+        return due_ns(self.job)
 
 
 def due_ns(job: DelayedJob) -> int:

@@ -21,7 +21,6 @@ from delayjobs.core.db import close_old_connections
 from delayjobs.engine.event_loop import EventLoopThread, wait_until_async
 from delayjobs.engine.execution import (
     Running,
-    due_ns,
     opens_apart,
     outcome_receivers,
     run_claimed,
@@ -118,7 +117,7 @@ class ThreadedExecutor:
             timed_out = self._begin(running)
             if timed_out:  # before it even started: its time-out is recorded, do not run it
                 return
-            wait_until(due_ns(running.job))  # claimed up to CLAIM_AHEAD early: never early
+            wait_until(running.due)  # claimed up to CLAIM_AHEAD early: never early
             timed_out = self._run(running, time.monotonic())
         finally:
             self._release(running, timed_out)
@@ -189,7 +188,7 @@ class LocalExecutor(ThreadedExecutor):
             settled = False
             # Its stack is its task's, not the loop thread's (which runs every async job).
             running.thread_id = None
-            await wait_until_async(due_ns(running.job))
+            await wait_until_async(running.due)
             began = time.monotonic()
             job = running.job
             opener = self._open_in_thread if opens_apart(job) else None

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from delayjobs.core import clock
-from delayjobs.engine.execution import Running, due_ns, time_to_run_of
+from delayjobs.engine.execution import Running, time_to_run_of
 from delayjobs.engine.slots import Budget, Candidate, Slots
 from delayjobs.lanes import split_lane
 from delayjobs.models import DelayedJob
@@ -177,9 +177,9 @@ class InFlight:
         # threads take jobs in this order); among jobs already due, the higher priority
         # first. (The Redis index orders by due time only.)
         now_ns = clock.time_ns()
-        jobs.sort(key=lambda job: (max(due_ns(job), now_ns), -job.priority))
         # No deadline yet: a job's time_to_run counts from when its thread starts it.
         started = [Running(job) for job in jobs]
+        started.sort(key=lambda running: (max(running.due, now_ns), -running.job.priority))
         with self._cond:
             for running in started:
                 self._in_flight[running.job.pk] = running
@@ -201,7 +201,7 @@ class InFlight:
         from its run_at if it was claimed early (its thread waits until then). Wake the
         main loop if that deadline comes before it would next look for time-outs."""
         job = running.job
-        early = max(due_ns(job) - clock.time_ns(), 0) / 1e9
+        early = max(running.due - clock.time_ns(), 0) / 1e9
         running.began_at = job.run_at if early else clock.now()
         running.deadline = time.monotonic() + early + time_to_run_of(job).total_seconds()
         self._earliest_deadline = min(self._earliest_deadline, running.deadline)
