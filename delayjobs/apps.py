@@ -19,6 +19,7 @@ class DelayJobsConfig(AppConfig):
 
     def ready(self) -> None:
         from delayjobs import checks  # noqa: F401  (registers the system checks)
+        from delayjobs.core import db  # noqa: F401  (notes, before any, which threads connect)
 
         autodiscover_modules(JOB_TYPES_MODULE)
         _register_task_job_type()

@@ -20,7 +20,7 @@ from delayjobs import signals, transitions
 from delayjobs.core import metrics
 from delayjobs.core.logfields import job_fields
 from delayjobs.exceptions import DuplicateJob, InvalidJob, InvalidTransition, JobNotFound
-from delayjobs.index.handoff import index_on_commit, unindex_on_commit
+from delayjobs.index.handoff import index_due_soon, index_on_commit, unindex_on_commit
 from delayjobs.jobtypes import JobType
 from delayjobs.lanes import IndexEntry, index_entry
 from delayjobs.models import DelayedJob, JobStatus, jobs_database
@@ -257,20 +257,31 @@ def _describe(job: DelayedJob | int | None, key: str | None) -> str:
 
 
 def _on_commit_scheduled(jobs: list[DelayedJob], using: str, *, moved: bool = False) -> None:
-    """Once the jobs are committed: hand them to Redis, and send ``job_scheduled``."""
-    index_on_commit([_entry(job) for job in jobs], using, moved=moved)
-    if jobs and not moved and (metrics.ENABLED or logger.isEnabledFor(logging.DEBUG)):
-        transaction.on_commit(lambda: _committed(jobs), using=using, robust=True)
-    if jobs and signals.job_scheduled.has_listeners(DelayedJob):
-        transaction.on_commit(
-            lambda: signals.send_each(signals.job_scheduled, jobs),
-            using=using,
-            robust=True,
-        )
+    """Once the jobs are committed: hand them to Redis, and send ``job_scheduled``.
+
+    The hand-off and the count (metrics, debug log) are one on-commit callback: in
+    autocommit each costs a call of Django's on_commit per ``schedule()``.
+    """
+    if not jobs:
+        return
+    entries = [_entry(job) for job in jobs]
+    count = not moved and (metrics.ENABLED or logger.isEnabledFor(logging.DEBUG))
+
+    def committed() -> None:
+        index_due_soon(entries, moved=moved)  # best effort: it never raises
+        if count:
+            _committed(jobs)
+
+    transaction.on_commit(committed, using=using, robust=True)
+    scheduled = signals.job_scheduled
+    if scheduled.receivers and scheduled.has_listeners(DelayedJob):
+        transaction.on_commit(lambda: signals.send_each(scheduled, jobs), using=using, robust=True)
 
 
 def _committed(jobs: list[DelayedJob]) -> None:
     metrics.jobs_scheduled(jobs)
+    if not logger.isEnabledFor(logging.DEBUG):
+        return  # no line's fields to build, once per job
     for job in jobs:
         logger.debug(
             "Job %s %s scheduled for %s [trace %s]",

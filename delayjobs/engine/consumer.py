@@ -74,6 +74,10 @@ def default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
+def _no_wake() -> None:
+    pass
+
+
 def _earliest(first: float | None, second: float | None) -> float | None:
     if first is None:
         return second
@@ -126,7 +130,11 @@ class Consumer:
                 ERROR_BACKOFF,
             ),
         )
-        self.recorder = Recorder(on_retries=index_due_soon, on_idle=self.inflight.wake)
+        # Only a burst waits for the recorder (it ends once every outcome is written):
+        # otherwise a written batch is no reason to wake the main loop.
+        self.recorder = Recorder(
+            on_retries=index_due_soon, on_idle=self.inflight.wake if burst else _no_wake
+        )
         self.executor_impl = executor_type(
             inflight=self.inflight,
             recorder=self.recorder,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import inspect
 import logging
 import time
@@ -14,11 +15,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from asgiref.sync import async_to_sync
-from django.db import close_old_connections, connections
+from django.db import connections
 from django.dispatch import Signal
 
 from delayjobs import signals
 from delayjobs.core import clock, metrics
+from delayjobs.core.db import close_old_connections
 from delayjobs.core.logfields import job_fields
 from delayjobs.engine.outcome_log import log_outcome
 from delayjobs.exceptions import InvalidJob, UnknownJobType, UnstorableResult
@@ -71,6 +73,11 @@ class Running:
     #: says where it waits. None for a job in a thread, which cannot be stopped.
     cancel: Callable[[], None] | None = None
     stack: Callable[[], str] | None = None
+
+    @functools.cached_property
+    def due(self) -> int:
+        """``due_ns(job)``, computed once: the claim sorts by it, the thread waits for it."""
+        return due_ns(self.job)
 
 
 def due_ns(job: DelayedJob) -> int:
@@ -177,14 +184,16 @@ def opens_apart(job: DelayedJob) -> bool:
     )
 
 
-def run_claimed(job: DelayedJob, worker_id: str) -> Outcome:
+def run_claimed(job: DelayedJob, worker_id: str, *, log: bool = True) -> Outcome:
     """Execute one claimed job in this thread and say how it ended; never raises.
 
     An async job type's body runs to its end here too, on an event loop of this thread's
     own (a Celery worker, a test): the consumer's local executor awaits it on its event
     loop instead (``run_claimed_async``). The steps around the body are ``Attempt``'s.
+    ``log``: log the line that says how it ended (else the caller does: the consumer's
+    recorder logs the lines of a batch, off the threads that run jobs).
     """
-    attempt = Attempt(job, worker_id)
+    attempt = Attempt(job, worker_id, log=log)
     jobtype = attempt.open()
     if jobtype is None:
         return attempt.outcome()
@@ -198,14 +207,14 @@ def run_claimed(job: DelayedJob, worker_id: str) -> Outcome:
 
 
 async def run_claimed_async(
-    job: DelayedJob, worker_id: str, opener: Opener | None = None
+    job: DelayedJob, worker_id: str, opener: Opener | None = None, *, log: bool = True
 ) -> Outcome:
     """``run_claimed`` for an async job type, on the running event loop: the same steps,
     with the body awaited. ``opener`` runs ``Attempt.open`` (user code: ``should_run``,
     ``job_started`` receivers) elsewhere, in a thread, when it must not run on the loop."""
     # No connection handling on the loop's thread: it has none (the sync ORM refuses to
     # run there), and asking costs a fifth of an async job's time in asgiref's locals.
-    attempt = Attempt(job, worker_id, connections=False)
+    attempt = Attempt(job, worker_id, connections=False, log=log)
     try:
         jobtype = attempt.open() if opener is None else await opener(attempt.open)
     except asyncio.CancelledError:
@@ -233,8 +242,10 @@ class Attempt:
     it (the job type for the body, or None: no body to run), ``close`` decides the outcome
     from what the body returned or raised. Sync and async bodies share every step."""
 
-    def __init__(self, job: DelayedJob, worker_id: str, *, connections: bool = True) -> None:
-        self._steps = _attempt(job, worker_id, connections, self)
+    def __init__(
+        self, job: DelayedJob, worker_id: str, *, connections: bool = True, log: bool = True
+    ) -> None:
+        self._steps = _attempt(job, worker_id, connections, log, self)
         self._outcome: Outcome | None = None
         #: Left without an end (its task cancelled while ``open`` ran elsewhere): when the
         #: garbage collector closes its steps, there is nothing to decide or log.
@@ -263,7 +274,7 @@ class Attempt:
 
 
 def _attempt(
-    job: DelayedJob, worker_id: str, connections: bool, attempt: Attempt
+    job: DelayedJob, worker_id: str, connections: bool, log: bool, attempt: Attempt
 ) -> Generator[JobType, Any, Outcome]:
     """The steps of one attempt; yields the job type when its body is to run, and is sent
     the body's value (or thrown its exception). Never raises.
@@ -310,7 +321,8 @@ def _attempt(
         error = describe(exc)
         tb = storable(traceback.format_exc())
     finished = clock.now()
-    log_outcome(job, started, finished, error, retry_at, skipped=skipped, expired=expired)
+    if log:
+        log_outcome(job, started, finished, error, retry_at, skipped=skipped, expired=expired)
     if connections:
         close_old_connections()
     return Outcome(

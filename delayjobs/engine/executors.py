@@ -15,13 +15,12 @@ from collections.abc import Awaitable, Callable
 from typing import ClassVar, Protocol, cast
 
 from django.core.exceptions import ImproperlyConfigured
-from django.db import close_old_connections
 from django.utils.module_loading import import_string
 
+from delayjobs.core.db import close_old_connections
 from delayjobs.engine.event_loop import EventLoopThread, wait_until_async
 from delayjobs.engine.execution import (
     Running,
-    due_ns,
     opens_apart,
     outcome_receivers,
     run_claimed,
@@ -30,6 +29,7 @@ from delayjobs.engine.execution import (
     wait_until,
 )
 from delayjobs.engine.inflight import InFlight
+from delayjobs.engine.outcome_log import log_outcome_of
 from delayjobs.engine.recorder import Recorder
 from delayjobs.engine.workers import WorkerThreads
 from delayjobs.jobtypes import JobType, registry
@@ -117,7 +117,7 @@ class ThreadedExecutor:
             timed_out = self._begin(running)
             if timed_out:  # before it even started: its time-out is recorded, do not run it
                 return
-            wait_until(due_ns(running.job))  # claimed up to CLAIM_AHEAD early: never early
+            wait_until(running.due)  # claimed up to CLAIM_AHEAD early: never early
             timed_out = self._run(running, time.monotonic())
         finally:
             self._release(running, timed_out)
@@ -168,7 +168,7 @@ class LocalExecutor(ThreadedExecutor):
         self._loop.stop()
 
     def _run(self, running: Running, began: float) -> bool:
-        outcome = run_claimed(running.job, self.worker_id)
+        outcome = run_claimed(running.job, self.worker_id, log=False)
         timed_out = self._finish(running, time.monotonic() - began)
         if timed_out:
             self._log_ignored(outcome)
@@ -188,11 +188,11 @@ class LocalExecutor(ThreadedExecutor):
             settled = False
             # Its stack is its task's, not the loop thread's (which runs every async job).
             running.thread_id = None
-            await wait_until_async(due_ns(running.job))
+            await wait_until_async(running.due)
             began = time.monotonic()
             job = running.job
             opener = self._open_in_thread if opens_apart(job) else None
-            outcome = await run_claimed_async(job, self.worker_id, opener)
+            outcome = await run_claimed_async(job, self.worker_id, opener, log=False)
             timed_out = self._finish(running, time.monotonic() - began)
             settled = True
             if timed_out:
@@ -224,8 +224,9 @@ class LocalExecutor(ThreadedExecutor):
         # turn this outcome into a time-out, and a timed-out one sends nothing here.
         signal_outcome(outcome)
         # Handed over before the slot is freed, so that an idle consumer is never
-        # one with an outcome still unrecorded.
-        self._put(outcome)
+        # one with an outcome still unrecorded. The recorder logs its line, with the
+        # others of its batch: no logging work on the threads that run jobs.
+        self._put(outcome, log=True)
 
     def _open_in_thread(
         self, open_attempt: Callable[[], JobType | None]
@@ -250,6 +251,7 @@ class LocalExecutor(ThreadedExecutor):
         return future
 
     def _log_ignored(self, outcome: Outcome) -> None:
+        log_outcome_of(outcome)
         job = outcome.job
         logger.warning(
             "Job %s %s attempt %d returned after it had timed out; its outcome (%s) "

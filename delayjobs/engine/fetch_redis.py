@@ -69,7 +69,8 @@ class RedisFetcher:
         job due while there is no backlog is never held back.
         """
         inflight = self.claims.inflight
-        if not self.backlog or free <= 0 or free >= inflight.concurrency * inflight.prefetch() // 2:
+        enough = inflight.concurrency * inflight.prefetch() // 2
+        if not self.backlog or free <= 0 or free >= enough:
             self._refill_deadline = None
             return None
         now = time.monotonic()
@@ -78,6 +79,8 @@ class RedisFetcher:
         if now >= self._refill_deadline:
             self._refill_deadline = None
             return None
+        # Until then, finished jobs wake the loop only once they free enough slots.
+        inflight.release_wakes_at(enough)
         return self._refill_deadline - now
 
     def _claim(self) -> int:
@@ -209,6 +212,10 @@ class RedisFetcher:
         now = clock.epoch()
         if claims.burst and (due is None or due > now) and claims.idle():
             return None
+        if not claims.burst and len(open_lanes) == len(self.lanes):
+            # Every lane has room: what comes next is a due time (or a wake-up from the
+            # listener), never a finished job, which would cost a turn for nothing.
+            claims.inflight.release_wakes_at(None)
         if due is None:
             return idle
         return min(max(due - claims.ahead.total_seconds() - now, 0.0), idle)

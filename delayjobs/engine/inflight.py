@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from delayjobs.core import clock
-from delayjobs.engine.execution import Running, due_ns, time_to_run_of
+from delayjobs.engine.execution import Running, time_to_run_of
 from delayjobs.engine.slots import Budget, Candidate, Slots
 from delayjobs.lanes import split_lane
 from delayjobs.models import DelayedJob
@@ -52,6 +52,15 @@ class InFlight:
         # Awake, it may next sleep as long as it ever does (ERROR_BACKOFF after a failure).
         self._longest_sleep = longest_sleep
         self._next_timeout_check = float("inf")
+        # No started execution's deadline comes before this (a bound, not exact: a job may
+        # have finished since), so the look for time-outs is skipped before it. See
+        # expire_overdue.
+        self._earliest_deadline = float("inf")
+        # A release wakes the main loop only once this many jobs may be claimed (None:
+        # never), as the loop asked before it slept (see release_wakes_at); a drain is
+        # woken by every release.
+        self._release_wake: int | None = 1
+        self._draining = False
         self._in_flight: dict[int, Running] = {}
         # Jobs handed over to another executor (Celery) and not taken over by its worker
         # yet. Each keeps its slot, so that the broker never holds more than this
@@ -77,9 +86,22 @@ class InFlight:
             self._cond.notify_all()
 
     def seq(self) -> int:
-        """A snapshot of the wake-ups so far, taken before a turn (see ``sleep``)."""
+        """A snapshot of the wake-ups so far, taken before a turn (see ``sleep``).
+
+        The turn starts woken by every release, unless it says otherwise
+        (``release_wakes_at``).
+        """
         with self._cond:
+            self._release_wake = 1
             return self._wake_seq
+
+    def release_wakes_at(self, claimable: int | None) -> None:
+        """Until the next turn, a release wakes the main loop only once ``claimable`` jobs
+        may be claimed (None: not at all). For a loop asleep until a due time with every
+        lane open, or waiting for enough slots to claim a batch: a wake-up per finished
+        job would cost a turn (and its look at Redis) for nothing."""
+        with self._cond:
+            self._release_wake = claimable
 
     def sleep(self, seen: int, wait: float, stopping: Callable[[], bool]) -> None:
         """Sleep up to ``wait`` seconds unless woken since ``seen`` or stopping."""
@@ -155,9 +177,9 @@ class InFlight:
         # threads take jobs in this order); among jobs already due, the higher priority
         # first. (The Redis index orders by due time only.)
         now_ns = clock.time_ns()
-        jobs.sort(key=lambda job: (max(due_ns(job), now_ns), -job.priority))
         # No deadline yet: a job's time_to_run counts from when its thread starts it.
         started = [Running(job) for job in jobs]
+        started.sort(key=lambda running: (max(running.due, now_ns), -running.job.priority))
         with self._cond:
             for running in started:
                 self._in_flight[running.job.pk] = running
@@ -179,9 +201,10 @@ class InFlight:
         from its run_at if it was claimed early (its thread waits until then). Wake the
         main loop if that deadline comes before it would next look for time-outs."""
         job = running.job
-        early = max(due_ns(job) - clock.time_ns(), 0) / 1e9
+        early = max(running.due - clock.time_ns(), 0) / 1e9
         running.began_at = job.run_at if early else clock.now()
         running.deadline = time.monotonic() + early + time_to_run_of(job).total_seconds()
+        self._earliest_deadline = min(self._earliest_deadline, running.deadline)
         if running.deadline < self._next_timeout_check:
             self._wake_seq += 1
             self._cond.notify_all()
@@ -249,8 +272,10 @@ class InFlight:
             self.slots.release(job.queue, job.job_type)
             self._busy -= 1
             self._processed += 1
-            self._wake_seq += 1
-            self._cond.notify_all()
+            wake_at = self._release_wake
+            if self._draining or (wake_at is not None and self._claimable() >= wake_at):
+                self._wake_seq += 1
+                self._cond.notify_all()
 
     # Hand-overs ------------------------------------------------------------------------------
 
@@ -291,6 +316,10 @@ class InFlight:
         expired: list[Running] = []
         next_deadline: float | None = None
         with self._cond:
+            if now < self._earliest_deadline:
+                # Nothing can be overdue yet: no look at every claimed job on every turn.
+                earliest = self._earliest_deadline
+                return expired, None if earliest == float("inf") else earliest
             for running in self._in_flight.values():
                 if running.finished or running.deadline is None:  # done, or not started
                     continue
@@ -302,6 +331,7 @@ class InFlight:
                 running.timed_out = True
                 del self._in_flight[running.job.pk]
                 self._stuck.add(running)
+            self._earliest_deadline = float("inf") if next_deadline is None else next_deadline
         return expired, next_deadline
 
     def stuck_jobs(self) -> list[DelayedJob]:
@@ -315,6 +345,7 @@ class InFlight:
         hold every thread; unless either ends the drain, waits up to ``timeout`` for a
         job to finish."""
         with self._cond:
+            self._draining = True
             left = len(self._in_flight)
             all_stuck = sum(r.cancel is None for r in self._stuck) >= self.concurrency
             if left and not all_stuck:

@@ -8,10 +8,24 @@ from typing import Any
 
 from delayjobs.core.logfields import job_fields
 from delayjobs.models import DelayedJob
+from delayjobs.transitions import Outcome
 
 # The consumer's logger: these lines are what an operator follows a consumer by, whether
 # the job ran in its thread pool, on its event loop or in a Celery worker.
 logger = logging.getLogger("delayjobs.consumer")
+
+
+def log_outcome_of(outcome: Outcome) -> None:
+    """``log_outcome`` of an execution's outcome (the recorder's, for a batch)."""
+    log_outcome(
+        outcome.job,
+        outcome.started_at,
+        outcome.finished_at,
+        outcome.error,
+        outcome.retry_at,
+        skipped=outcome.skipped,
+        expired=outcome.expired,
+    )
 
 
 def log_outcome(
@@ -24,6 +38,8 @@ def log_outcome(
     skipped: bool = False,
     expired: bool = False,
 ) -> None:
+    if not (error or expired or skipped or logger.isEnabledFor(logging.INFO)):
+        return  # a success, below the level logged: nothing to compute (once per job)
     lateness_ms = (started - job.run_at).total_seconds() * 1000
     took_ms = (finished - started).total_seconds() * 1000
 
@@ -49,18 +65,16 @@ def log_outcome(
             extra=fields("skipped"),
         )
     elif not error:
-        if logger.isEnabledFor(logging.INFO):
-            logger.info(
-                "Job %s %s attempt %d succeeded in %.1f ms, started %.1f ms after run_at "
-                "[trace %s]",
-                job.pk,
-                job.job_type,
-                job.attempts,
-                took_ms,
-                lateness_ms,
-                job.trace_id,
-                extra=fields("succeeded"),
-            )
+        logger.info(
+            "Job %s %s attempt %d succeeded in %.1f ms, started %.1f ms after run_at [trace %s]",
+            job.pk,
+            job.job_type,
+            job.attempts,
+            took_ms,
+            lateness_ms,
+            job.trace_id,
+            extra=fields("succeeded"),
+        )
     elif retry_at is not None:
         logger.warning(
             "Job %s %s attempt %d failed (%s), started %.1f ms after run_at; retrying at "

@@ -17,13 +17,12 @@ from collections.abc import Callable
 from django.db import InterfaceError, OperationalError, connections
 
 from delayjobs.core.db import drop_broken_connections
+from delayjobs.engine.outcome_log import log_outcome_of
 from delayjobs.lanes import IndexEntry
 from delayjobs.models import DelayedJob
 from delayjobs.transitions import Outcome, record_outcomes
 
 logger = logging.getLogger("delayjobs.recorder")  # the old path: users' LOGGING names it
-
-_STOP = object()
 
 #: The database is away (restart, network): wait and write the same batch again.
 TRANSIENT_ERRORS = (OperationalError, InterfaceError)
@@ -37,7 +36,8 @@ class Recorder:
         on_idle: Callable[[], None],
         max_batch: int = 500,
     ) -> None:
-        self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
+        # (outcome, whether to log its line); None asks the thread to stop.
+        self._queue: queue.SimpleQueue[tuple[Outcome, bool] | None] = queue.SimpleQueue()
         self._on_retries = on_retries
         self._on_idle = on_idle
         self._max_batch = max_batch
@@ -65,16 +65,19 @@ class Recorder:
         with self._lock:
             return [outcome.job for outcome in self._waiting.values()]
 
-    def put(self, outcome: Outcome) -> None:
+    def put(self, outcome: Outcome, *, log: bool = False) -> None:
+        """Write ``outcome`` with the next batch; ``log``: log the line that says how the
+        execution ended, too (for the threads that run jobs, so that they spend nothing on
+        it: the recorder logs a batch's lines one after the other, before writing it)."""
         with self._lock:
             self._pending += 1
             self._waiting[id(outcome)] = outcome
-        self._queue.put(outcome)
+        self._queue.put((outcome, log))
 
     def stop(self, timeout: float = 30.0) -> None:
         """Write what is left (trying for up to ``timeout`` seconds), then end the thread."""
         self._stop_deadline = time.monotonic() + timeout
-        self._queue.put(_STOP)
+        self._queue.put(None)
         self._thread.join()
 
     def _run(self) -> None:
@@ -84,10 +87,13 @@ class Recorder:
                 batch: list[Outcome] = []
                 item = self._queue.get()
                 while True:
-                    if item is _STOP:
+                    if item is None:
                         stopping = True
                     else:
-                        batch.append(item)  # type: ignore[arg-type]
+                        outcome, log = item
+                        if log:
+                            log_outcome_of(outcome)
+                        batch.append(outcome)
                     if len(batch) >= self._max_batch:
                         break
                     try:

@@ -27,22 +27,10 @@ from django.db.models import JSONField
 from django.db.models.signals import post_save, pre_save
 from django.db.models.sql import InsertQuery
 
-from delayjobs.core.db import column, on_psycopg3_postgresql, server_bound_cursor
-from delayjobs.models import DelayedJob, JobAttempt
+from delayjobs.core.db import on_psycopg3_postgresql, server_bound_cursor
+from delayjobs.models import DelayedJob
 
 BULK_CREATE_BATCH = 500
-#: The columns of an attempt row, in the order ``insert_attempts`` takes its values.
-ATTEMPT_FIELDS = (
-    "job_id",
-    "number",
-    "worker_id",
-    "started_at",
-    "finished_at",
-    "outcome",
-    "error",
-    "traceback",
-    "lateness",
-)
 
 
 def insert_jobs(jobs: Sequence[DelayedJob], using: str) -> None:
@@ -76,33 +64,6 @@ def _one_row_insert_applies(connection: Any) -> bool:
         on_psycopg3_postgresql(connection)
         and not pre_save.has_listeners(DelayedJob)
         and not post_save.has_listeners(DelayedJob)
-    )
-
-
-def insert_attempts(rows: Sequence[tuple[object, ...]], using: str) -> None:
-    """INSERT attempt rows, each a tuple of values in ``ATTEMPT_FIELDS`` order.
-
-    The recorder writes one per execution: on PostgreSQL with COPY (adapted in C), which
-    costs a fraction of building and saving ``JobAttempt`` instances.
-    """
-    if not rows:
-        return
-    connection = connections[using]
-    if on_psycopg3_postgresql(connection):
-        meta = JobAttempt._meta
-        quote = connection.ops.quote_name
-        columns = ", ".join(quote(column(JobAttempt, name)) for name in ATTEMPT_FIELDS)
-        with (
-            connection.cursor() as cursor,
-            connection.wrap_database_errors,
-            cursor.cursor.copy(f"COPY {quote(meta.db_table)} ({columns}) FROM STDIN") as copy,
-        ):
-            for row in rows:
-                copy.write_row(row)
-        return
-    JobAttempt.objects.using(using).bulk_create(
-        [JobAttempt(**dict(zip(ATTEMPT_FIELDS, row, strict=True))) for row in rows],
-        batch_size=BULK_CREATE_BATCH,
     )
 
 

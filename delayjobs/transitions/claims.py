@@ -6,6 +6,7 @@ racing for a job cannot both win it (invariant 3 of docs/explanation/design.md).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -26,7 +27,14 @@ from django.db.models import (
 )
 from django.db.models.functions import Greatest
 
-from delayjobs.core.db import column, fetch_models, update_returning
+from delayjobs.core.db import (
+    column,
+    fetch_models,
+    int_array,
+    model_columns,
+    text_array,
+    update_returning,
+)
 from delayjobs.models import DelayedJob, JobStatus, Pause, PauseKind, jobs_database
 
 #: A job popped from Redis is claimed only if its row is due by then (plus this much, to
@@ -91,7 +99,24 @@ def _claim_skipping_locked(
     whatever the planner's statistics say: a condition on status or run_at of the table
     itself could be answered from those indexes instead, reading every due row of a
     backlog to claim ten.
+
+    The statement is compiled once per database and set of job types with a lease of
+    their own (``_skip_locked_statement``); the ids and job types go as one array literal
+    each, bound on the server where the driver can.
     """
+    params: list[Any] = [int_array(ids), JobStatus.RUNNING, worker_id, now, now]
+    for name, ttl in leases.items():
+        params += [name, ttl]
+    params += [default_lease, JobStatus.SCHEDULED, cutoff, text_array(sorted(known))]
+    params += [PauseKind.QUEUE, PauseKind.JOB_TYPE]
+    sql = _skip_locked_statement(database, connections[database].vendor, tuple(leases))
+    return fetch_models(DelayedJob, database, sql, params, bind_on_server=True)
+
+
+@functools.cache
+def _skip_locked_statement(database: str, vendor: str, leased_types: tuple[str, ...]) -> str:
+    """The SKIP LOCKED claim's SQL for ``database`` (and its vendor: tests may point an
+    alias elsewhere), with a lease CASE over ``leased_types``, in that order."""
     meta = DelayedJob._meta
     quote = connections[database].ops.quote_name
     table = quote(meta.db_table)
@@ -103,11 +128,12 @@ def _claim_skipping_locked(
     # The lease runs from the claim or, for a job claimed ahead, from its run_at (see
     # lease_start): the default time to run, or its type's own where it has one.
     time_to_run = "%s::interval"
-    if leases:
-        cases = " ".join("WHEN %s THEN %s::interval" for _ in leases)
+    if leased_types:
+        cases = " ".join("WHEN %s THEN %s::interval" for _ in leased_types)
         time_to_run = f"CASE {table}.{c['job_type']} {cases} ELSE %s::interval END"
     lease = f"GREATEST(locked.{c['run_at']}, %s::timestamptz) + {time_to_run}"
-    sql = f"""
+    columns = model_columns(DelayedJob, database, qualified=True)
+    return f"""
         WITH locked AS MATERIALIZED (
             SELECT {pk}, {c["status"]}, {c["run_at"]}, {c["job_type"]}, {c["queue"]}
             FROM {table} WHERE {pk} = ANY(%s::bigint[]) FOR UPDATE SKIP LOCKED
@@ -123,22 +149,14 @@ def _claim_skipping_locked(
         WHERE {table}.{pk} = locked.{pk}
             AND locked.{c["status"]} = %s
             AND locked.{c["run_at"]} <= %s
-            AND locked.{c["job_type"]} = ANY(%s)
+            AND locked.{c["job_type"]} = ANY(%s::text[])
             AND NOT EXISTS (
                 SELECT 1 FROM {pauses} p
                 WHERE (p.{pause_kind} = %s AND p.{pause_name} = locked.{c["queue"]})
                     OR (p.{pause_kind} = %s AND p.{pause_name} = locked.{c["job_type"]})
             )
-        RETURNING {{columns}}
+        RETURNING {columns}
     """
-    # The ids as an array literal: psycopg would adapt a list in Python, item by item.
-    id_array = "{" + ",".join(str(int(pk)) for pk in ids) + "}"
-    params: list[Any] = [id_array, JobStatus.RUNNING, worker_id, now, now]
-    for name, ttl in leases.items():
-        params += [name, ttl]
-    params += [default_lease, JobStatus.SCHEDULED, cutoff, sorted(known)]
-    params += [PauseKind.QUEUE, PauseKind.JOB_TYPE]
-    return fetch_models(DelayedJob, database, sql, params, qualified=True)
 
 
 _CLAIM_COLUMNS = (

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 
 from django.db import connections, transaction
-from django.db.models import F, Q, QuerySet
+from django.db.models import F, QuerySet
 
 from delayjobs.core import clock, metrics
 from delayjobs.core.logfields import job_fields
@@ -131,21 +131,6 @@ def running_claim(
         worker_id=worker_id,
         claimed_at=claimed_at,
     )
-
-
-def running_claims(
-    claims: Mapping[tuple[int, datetime | None], Sequence[int]], worker_id: str
-) -> QuerySet[DelayedJob]:
-    """``running_claim`` for the outcomes of several claims of one worker at once: rows
-    still running the very claim, ``(attempt, claim time)``, each id came from.
-
-    One statement for a recorder batch: with slow job bodies each claim takes few jobs,
-    and a batch holds the outcomes of many claims.
-    """
-    fence = Q()
-    for (attempt, claimed_at), ids in claims.items():
-        fence |= Q(pk__in=ids, attempts=attempt, claimed_at=claimed_at)
-    return DelayedJob.objects.filter(fence, status=JobStatus.RUNNING, worker_id=worker_id)
 
 
 def reap_expired_leases(now: datetime, limit: int = 1000) -> list[IndexEntry]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import signal
+import threading
 from datetime import timedelta
 
 import pytest
@@ -313,3 +314,39 @@ def test_skipped_and_expired_send_their_own_signals() -> None:
     ]
     lateness = received[1][2]["lateness"]
     assert isinstance(lateness, timedelta) and lateness > timedelta(minutes=5)
+
+
+@pytest.mark.django_db(transaction=True)  # the job's thread must see the committed rows
+def test_a_job_gets_request_semantics_for_the_connections_of_its_thread() -> None:
+    """Around each job, run_claimed closes what CONN_MAX_AGE says is old, in the thread
+    that runs it: with the default of 0, the connection a job opened is closed once it
+    returns. A thread whose jobs never touch the database has none to close."""
+    from django.db import connections
+
+    assert connections["default"].settings_dict["CONN_MAX_AGE"] == 0
+    uses_the_database = delayjobs.schedule("tests.scripted")
+    leaves_it_alone = delayjobs.schedule("tests.noop")
+    rows = transitions.claim(
+        [uses_the_database.pk, leaves_it_alone.pk],
+        worker_id="w",
+        now=timezone.now(),
+        job_types=registry.names(),
+        leases={},
+        default_lease=timedelta(minutes=1),
+    )
+    seen: dict[str, object] = {}
+
+    def run(row: DelayedJob) -> None:
+        outcome = run_claimed(row, "w")
+        seen[row.job_type] = (
+            outcome.succeeded,
+            [alias for alias in connections if connections[alias].connection is not None],
+        )
+        connections.close_all()
+
+    for row in rows:
+        thread = threading.Thread(target=run, args=(row,))
+        thread.start()
+        thread.join()
+    assert seen == {"tests.scripted": (True, []), "tests.noop": (True, [])}
+    assert Execution.objects.filter(job_id=uses_the_database.pk).count() == 1

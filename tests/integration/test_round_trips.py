@@ -114,10 +114,16 @@ _SHARED: dict[str, dict[str, float]] = {
 }
 BUDGETS: dict[str, dict[str, dict[str, float]]] = {
     "sqlite": _SHARED,
-    # schedule_many: one COPY on PostgreSQL, INSERTs in batches on SQLite.
+    # schedule_many: one COPY on PostgreSQL, INSERTs in batches on SQLite. A consumed
+    # job: its claim, then one statement for its outcome and attempt row on PostgreSQL;
+    # BEGIN, the outcome, the attempt row and COMMIT on SQLite.
     "postgresql": {
         **_SHARED,
         "schedule_many": {**_SHARED["schedule_many"], "db": 0.0, "db_fixed": 6},
+        **{
+            path: {**_SHARED[path], "db": 2.0}
+            for path in ("consume_success", "consume_retry", "consume_failure")
+        },
     },
 }
 #: A per-job figure this far below its budget asks for the budget to be lowered.

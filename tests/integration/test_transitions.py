@@ -439,8 +439,9 @@ def test_outcome_of_an_earlier_claim_with_the_same_attempt_number_is_fenced():
 
 
 def test_a_batch_from_several_claims_lands_on_each_claim_in_one_update():
-    """Outcomes of three claims in one recorder batch: one UPDATE for all, still fenced
-    on each row's own claim (a stale one, from a claim since taken over, is not)."""
+    """Outcomes of three claims in one recorder batch: one statement updates the job rows
+    of all, still fenced on each row's own claim (a stale one, from a claim since taken
+    over, is not)."""
     jobs = [due_job() for _ in range(5)]
     now = timezone.now()
     first = claim_as("worker-a", [jobs[0].pk, jobs[1].pk], now=now)
@@ -450,7 +451,8 @@ def test_a_batch_from_several_claims_lands_on_each_claim_in_one_update():
     [current] = claim_as("worker-a", [stale.pk], now=now + timedelta(seconds=3))
     with CaptureQueriesContext(connection) as queries:
         record_outcomes([outcome(job, "worker-a") for job in [*first, *second, stale]])
-    updates = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("UPDATE")]
+    table = connection.ops.quote_name(DelayedJob._meta.db_table)
+    updates = [q["sql"] for q in queries.captured_queries if f"UPDATE {table}" in q["sql"]]
     assert len(updates) == 1
     statuses = dict(DelayedJob.objects.values_list("pk", "status"))
     assert statuses == {
