@@ -16,6 +16,7 @@ from typing import Annotated, Any
 from django.utils import timezone
 from ninja import Schema
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, Strict
+from pydantic.config import JsonDict
 
 from delayjobs.conf import settings as conf
 from delayjobs.http.errors import ERRORS
@@ -128,17 +129,22 @@ class Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+#: What schedule() and reschedule() refuse across fields, for clients that read the document.
+ONE_TIME_AT_MOST: JsonDict = {
+    "not": {
+        "required": ["run_at", "delay"],
+        "properties": {"run_at": {"type": "string"}, "delay": {"type": "number"}},
+    }
+}
+
+
 class ScheduleIn(Body):
     """One job, named as ``schedule()``'s arguments. At most one of run_at and delay
     (neither: due now); replace needs a key."""
 
-    # What schedule() refuses across fields, for clients that read the document.
     model_config = ConfigDict(
         json_schema_extra={
-            "not": {
-                "required": ["run_at", "delay"],
-                "properties": {"run_at": {"type": "string"}, "delay": {"type": "number"}},
-            },
+            **ONE_TIME_AT_MOST,
             "if": {"properties": {"replace": {"const": True}}, "required": ["replace"]},
             "then": {"properties": {"key": {"type": "string"}}, "required": ["key"]},
         }
@@ -192,6 +198,7 @@ class CancelByKeyIn(Body):
 class RescheduleIn(Body):
     """At most one of run_at and delay; neither: now."""
 
+    model_config = ConfigDict(json_schema_extra=ONE_TIME_AT_MOST)
     run_at: RunAt | None = None
     delay: Delay | None = None
 
