@@ -25,12 +25,11 @@ except ImportError as exc:  # the http extra is not installed (pydantic comes wi
 
 from delayjobs.conf import settings as conf
 from delayjobs.core.version import __version__
-from delayjobs.http import errors, views
+from delayjobs.http import errors, schemas, views
 from delayjobs.payload import nesting_depth
 
 #: Levels a request body adds around a payload: {"jobs": [{"payload": ...}]}.
 BODY_ENVELOPE_DEPTH = 3
-JSON_CONTENT_TYPE = "application/json"
 
 
 class StrictJSON(Parser):
@@ -42,7 +41,7 @@ class StrictJSON(Parser):
     def parse_body(self, request: HttpRequest) -> Any:
         charset = (request.content_params or {}).get("charset", "utf-8").lower()
         given = (request.content_type or "").lower(), charset.replace("-", "")
-        if given != (JSON_CONTENT_TYPE, "utf8"):
+        if given != ("application/json", "utf8"):
             raise errors.ApiError("unsupported_media_type", "Send application/json in UTF-8.")
         try:
             value = json.loads(
@@ -111,25 +110,19 @@ class DelayJobsAPI(NinjaAPI):
         """ninja's document, with what its declarations cannot say: the payload's schema
         (recursive) and what each error status means."""
         document = super().get_openapi_schema(**kwargs)
-        schemas = document["components"]["schemas"]
-        schemas["Payload"] = payload_schema()
-        payload = schemas["ScheduleIn"]["properties"]["payload"]
-        payload.update({"$ref": "#/components/schemas/Payload"})
+        components = document["components"]["schemas"]
+        components["Payload"] = payload_schema()
+        components["ScheduleIn"]["properties"]["payload"]["$ref"] = "#/components/schemas/Payload"
         for methods in document["paths"].values():
             for operation in methods.values():
                 for status, response in operation["responses"].items():
-                    if int(status) in ERROR_CODES:
-                        response["description"] += f": {ERROR_CODES[int(status)]}"
-                    if int(status) in HEADERS:
-                        response["headers"] = HEADERS[int(status)]
+                    if codes := [code for code, at in errors.ERRORS.items() if at == status]:
+                        response["description"] += f": {', '.join(codes)}"
+                    if status in HEADERS:
+                        response["headers"] = HEADERS[status]
         return document
 
 
-#: Each error status: the codes it may carry.
-ERROR_CODES = {
-    status: ", ".join(code for code, at in errors.ERRORS.items() if at == status)
-    for status in errors.ERRORS.values()
-}
 HEADERS = {
     401: {"WWW-Authenticate": {"schema": {"type": "string"}}},
     405: {"Allow": {"description": "The methods the URL takes.", "schema": {"type": "string"}}},
@@ -142,7 +135,7 @@ def payload_schema() -> dict[str, Any]:
     size limits are in words and extension keywords: JSON Schema counts nesting only by a
     schema per level, and 65 of them make tools that generate requests (Schemathesis) hang."""
     itself = {"$ref": "#/components/schemas/Payload"}
-    no_nul = {"type": "string", "pattern": "^[^\\x00]*$"}
+    no_nul = {"type": "string", "pattern": schemas.NO_NUL}
     return {
         "anyOf": [
             {"type": ["null", "boolean", "number"]},

@@ -11,8 +11,7 @@ usually a plain account with only the permissions it needs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.http import HttpRequest
@@ -29,21 +28,12 @@ from delayjobs.models import ApiKey
 MAX_BODY_BYTES = 1024 * 1024
 #: A bulk request carries up to a thousand jobs.
 MAX_BULK_BODY_BYTES = 8 * 1024 * 1024
-SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
-#: The permissions operations need: the admin's, as app_label.codename.
-VIEW = "delayjobs.view_delayedjob"
-ADD = "delayjobs.add_delayedjob"
-CANCEL = "delayjobs.cancel_delayedjob"
-RESCHEDULE = "delayjobs.reschedule_delayedjob"
-RETRY = "delayjobs.retry_delayedjob"
 
 
-@dataclass(frozen=True)
-class Identity:
-    """``request.auth`` of an authenticated request."""
+class Identity(NamedTuple):
+    """``request.auth`` of an authenticated request: its user, and the key (None: a session)."""
 
     user: Any
-    #: The key used, or None for a session.
     api_key: ApiKey | None
 
     @property
@@ -54,15 +44,14 @@ class Identity:
         return gettext("API key %(name)r") % {"name": self.api_key.name}
 
 
-@dataclass(frozen=True)
 class Gate:
     """What an operation asks of an authenticated caller: its permissions, and at most
     ``max_body`` bytes of body (or Django's DATA_UPLOAD_MAX_MEMORY_SIZE, if smaller, which
-    Django enforces as it reads)."""
+    Django enforces as it reads). None: the operation reads no body, and ninja never will."""
 
-    permissions: tuple[str, ...]
-    #: None: the operation reads no body, and ninja never will.
-    max_body: int | None
+    def __init__(self, permissions: tuple[str, ...], max_body: int | None, **auth: Any) -> None:
+        self.permissions, self.max_body = permissions, max_body
+        super().__init__(**auth)
 
     def admit(self, request: HttpRequest, user: Any, api_key: ApiKey | None) -> Identity:
         if not user.has_perms(self.permissions):
@@ -77,14 +66,10 @@ class Gate:
         return Identity(user, api_key)
 
 
-class ApiKeyAuth(HttpBearer):
+class ApiKeyAuth(Gate, HttpBearer):
     """``Authorization: Bearer dj_<prefix>_<secret>`` (``manage.py create_delay_api_key``)."""
 
     openapi_bearerFormat = "dj_<prefix>_<secret>"  # noqa: N815  (the OpenAPI name)
-
-    def __init__(self, gate: Gate) -> None:
-        self.gate = gate
-        super().__init__()
 
     def __call__(self, request: HttpRequest) -> Identity | None:
         header = request.headers.get("Authorization")
@@ -102,17 +87,13 @@ class ApiKeyAuth(HttpBearer):
             # One answer for all: neither helps a guesser.
             raise unauthenticated("Invalid, revoked or inactive API key.")
         keys.touch(key)
-        return self.gate.admit(request, key.user, key)
+        return self.admit(request, key.user, key)
 
 
-class StaffSessionAuth(APIKeyCookie):
+class StaffSessionAuth(Gate, APIKeyCookie):
     """A logged-in Django session of a staff user; unsafe methods need X-CSRFToken."""
 
     param_name = settings.SESSION_COOKIE_NAME
-
-    def __init__(self, gate: Gate) -> None:
-        self.gate = gate
-        super().__init__(csrf=False)  # checked below, for staff sessions only
 
     def authenticate(self, request: HttpRequest, key: str | None) -> Identity | None:
         # Only without an Authorization header: ApiKeyAuth, first, judges any.
@@ -121,12 +102,12 @@ class StaffSessionAuth(APIKeyCookie):
             return None
         if not user.is_staff or not user.is_active:
             raise unauthenticated("A session authenticates only active staff users.")
-        if request.method not in SAFE_METHODS and check_csrf(request):
+        if request.method not in ("GET", "HEAD", "OPTIONS", "TRACE") and check_csrf(request):
             raise ApiError("csrf_failed", "CSRF check failed: send the X-CSRFToken header.")
-        return self.gate.admit(request, user, None)
+        return self.admit(request, user, None)
 
 
 def access(*permissions: str, max_body: int | None) -> list[Any]:
-    """The auth of an operation needing ``permissions``: a key, or a staff session."""
-    gate = Gate(permissions, max_body)
-    return [ApiKeyAuth(gate), StaffSessionAuth(gate)]
+    """The auth of an operation needing ``permissions``: a key, or a staff session (whose
+    CSRF check is StaffSessionAuth's own, for staff sessions only)."""
+    return [ApiKeyAuth(permissions, max_body), StaffSessionAuth(permissions, max_body, csrf=False)]

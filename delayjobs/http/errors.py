@@ -8,6 +8,7 @@ request (``run_at``, ``jobs.3.run_at``, ``limit``), and is empty when no field i
 
 from __future__ import annotations
 
+import functools
 import logging
 import secrets
 from collections.abc import Mapping
@@ -47,7 +48,7 @@ logger = logging.getLogger(__name__)
 
 
 class ApiError(Exception):
-    """An error response to send instead of the operation's result; nothing was changed."""
+    """The error ``response`` to send instead of the operation's result; nothing was changed."""
 
     def __init__(
         self,
@@ -58,15 +59,9 @@ class ApiError(Exception):
         headers: Mapping[str, str] | None = None,
         **extra: Any,
     ) -> None:
-        if code not in ERRORS:
-            raise ValueError(f"unknown error code {code!r}")
         super().__init__(detail)
-        self.code, self.detail = code, detail
-        self.fields, self.headers, self.extra = dict(fields or {}), dict(headers or {}), extra
-
-    def response(self) -> JsonResponse:
-        body = {"error": self.code, "detail": self.detail, "fields": self.fields, **self.extra}
-        return JsonResponse(body, status=ERRORS[self.code], headers=self.headers)
+        body = {"error": code, "detail": detail, "fields": dict(fields or {}), **extra}
+        self.response = JsonResponse(body, status=ERRORS[code], headers=headers)
 
 
 def unauthenticated(detail: str) -> ApiError:
@@ -120,10 +115,7 @@ def server_error(request: HttpRequest, exc: Exception) -> ApiError:
     """A JSON 500 for an error nobody foresaw, never Django's HTML page: the client gets an
     id to quote, the log has the same id with the traceback."""
     error_id = secrets.token_hex(6)
-    trace = (type(exc), exc, exc.__traceback__)
-    logger.error(
-        "HTTP API error %s on %s %s", error_id, request.method, request.path, exc_info=trace
-    )
+    logger.error("HTTP API error %s on %s %s", error_id, request.method, request.path, exc_info=exc)
     detail = f"An unexpected error ({error_id}): quote the id to the operators."
     return ApiError("server_error", detail, id=error_id)
 
@@ -154,11 +146,8 @@ HANDLERS: dict[type[Exception], Any] = {
 def install(api: NinjaAPI) -> None:
     """Every exception an operation raises answers in the one shape."""
     for exc_class, make in HANDLERS.items():
-        api.add_exception_handler(exc_class, _handler(make))
+        api.add_exception_handler(exc_class, functools.partial(_respond, make))
 
 
-def _handler(make: Any) -> Any:
-    def handle(request: HttpRequest, exc: Exception) -> HttpResponse:
-        return make(request, exc).response()
-
-    return handle
+def _respond(make: Any, request: HttpRequest, exc: Exception) -> HttpResponse:
+    return make(request, exc).response

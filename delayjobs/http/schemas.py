@@ -10,12 +10,13 @@ the document is built.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Annotated, Any
 
 from django.utils import timezone
 from ninja import Schema
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, Strict
+from pydantic.config import JsonDict
 
 from delayjobs.conf import settings as conf
 from delayjobs.http.errors import ERRORS
@@ -32,7 +33,6 @@ from delayjobs.validation import (
     QUEUE_PATTERN,
 )
 
-JsonSchema = dict[str, Any]
 #: Ids above this cannot exist (a 64-bit primary key); looking one up could overflow.
 MAX_ID = 2**63 - 1
 #: Jobs one bulk request may schedule: one transaction holds them all.
@@ -49,37 +49,30 @@ RFC3339 = (
 )
 
 
-def digits_between(low: int, high: int, width: int) -> str:
-    """A regular expression matching the numbers from ``low`` to ``high`` written with
-    ``width`` digits (leading zeros): 0002 to 2125 for the years a job may be due in."""
-    return _digit_range(str(low).zfill(width), str(high).zfill(width))
-
-
-def _digit_range(low: str, high: str) -> str:
+def digits_between(low: int | str, high: int | str, width: int = 0) -> str:
+    """A regular expression matching the numbers from ``low`` to ``high`` (digit strings keep
+    their width) written with ``width`` digits: 0002 to 2125 for the years a job may be due in."""
+    low, high = str(low).zfill(width), str(high).zfill(width)
     if not low:
         return ""
     if low[0] == high[0]:
-        return low[0] + _digit_range(low[1:], high[1:])
+        return low[0] + digits_between(low[1:], high[1:])
     rest = len(low) - 1
     any_rest = f"[0-9]{{{rest}}}" if rest else ""
     if low[1:] == "0" * rest and high[1:] == "9" * rest:
         return f"[{low[0]}-{high[0]}]{any_rest}"
-    parts = [low[0] + _digit_range(low[1:], "9" * rest)]
+    parts = [low[0] + digits_between(low[1:], "9" * rest)]
     if int(high[0]) - int(low[0]) > 1:
         parts.append(f"[{int(low[0]) + 1}-{int(high[0]) - 1}]{any_rest}")
-    parts.append(high[0] + _digit_range("0" * rest, high[1:]))
+    parts.append(high[0] + digits_between("0" * rest, high[1:]))
     return f"(?:{'|'.join(parts)})"
 
 
-def _run_at_years(schema: JsonSchema) -> None:
+def _run_at_years(schema: dict[str, Any]) -> None:
     # From 0002 (0001 at an offset east of UTC is no time in UTC) to the last whole year
     # within MAX_SCHEDULE_AHEAD, which schedule() refuses beyond.
     last_year = (timezone.now() + conf.MAX_SCHEDULE_AHEAD).year - 1
     schema.update(format="date-time", pattern=RFC3339.format(year=digits_between(2, last_year, 4)))
-
-
-def _aware_datetime(text: str) -> datetime:
-    return datetime.fromisoformat(text.upper())  # ValueError for a day the month lacks
 
 
 def _seconds(value: float) -> timedelta:
@@ -89,7 +82,7 @@ def _seconds(value: float) -> timedelta:
         raise ValueError("too many seconds") from None
 
 
-def _schedule_ahead(schema: JsonSchema) -> None:
+def _schedule_ahead(schema: dict[str, Any]) -> None:
     schema["maximum"] = conf.MAX_SCHEDULE_AHEAD.total_seconds()  # schedule() refuses more
 
 
@@ -106,7 +99,8 @@ Priority = Annotated[int, Field(ge=PRIORITY_MIN, le=PRIORITY_MAX), BeforeValidat
 RunAt = Annotated[
     str,
     Field(pattern=RFC3339.format(year="[0-9]{4}"), json_schema_extra=_run_at_years),
-    AfterValidator(_aware_datetime),
+    # ValueError for a day the month lacks.
+    AfterValidator(lambda text: datetime.fromisoformat(text.upper())),
 ]
 #: Seconds, as a number (JSON has no durations): a timedelta once valid.
 Delay = Annotated[
@@ -120,11 +114,10 @@ Lateness = Annotated[
 ]
 
 
-def _public_job_types(schema: JsonSchema) -> None:
+def _public_job_types(schema: dict[str, Any]) -> None:
     # The job types every key may schedule. A key may also list private ones, which this
     # public document does not name (nor does any error).
-    public = sorted(jobtype.name for jobtype in registry if jobtype.public)
-    if public:
+    if public := sorted(jobtype.name for jobtype in registry if jobtype.public):
         schema["enum"] = public
 
 
@@ -136,21 +129,26 @@ class Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-def _schedule_rules(schema: JsonSchema) -> None:
-    # What schedule() refuses across fields, for clients that read the document.
-    schema["not"] = {
+#: What schedule() and reschedule() refuse across fields, for clients that read the document.
+ONE_TIME_AT_MOST: JsonDict = {
+    "not": {
         "required": ["run_at", "delay"],
         "properties": {"run_at": {"type": "string"}, "delay": {"type": "number"}},
     }
-    schema["if"] = {"properties": {"replace": {"const": True}}, "required": ["replace"]}
-    schema["then"] = {"properties": {"key": {"type": "string"}}, "required": ["key"]}
+}
 
 
 class ScheduleIn(Body):
     """One job, named as ``schedule()``'s arguments. At most one of run_at and delay
     (neither: due now); replace needs a key."""
 
-    model_config = ConfigDict(json_schema_extra=_schedule_rules)
+    model_config = ConfigDict(
+        json_schema_extra={
+            **ONE_TIME_AT_MOST,
+            "if": {"properties": {"replace": {"const": True}}, "required": ["replace"]},
+            "then": {"properties": {"key": {"type": "string"}}, "required": ["key"]},
+        }
+    )
 
     job_type: str = Field(
         min_length=1,
@@ -200,6 +198,7 @@ class CancelByKeyIn(Body):
 class RescheduleIn(Body):
     """At most one of run_at and delay; neither: now."""
 
+    model_config = ConfigDict(json_schema_extra=ONE_TIME_AT_MOST)
     run_at: RunAt | None = None
     delay: Delay | None = None
 
@@ -290,10 +289,6 @@ class Attempt(BaseModel):
     traceback: str
 
 
-#: The fields of a job read as they are from its row.
-JOB_FIELDS = [name for name in Job.model_fields if name != "object"]
-
-
 class JobDetail(Job):
     history: list[Attempt] = Field(description="Every attempt, oldest first.")
 
@@ -309,7 +304,7 @@ class Scheduled(BaseModel):
 
 
 class Error(BaseModel):
-    error: str = Field(json_schema_extra=lambda schema: schema.update(enum=list(ERRORS)))
+    error: str = Field(json_schema_extra={"enum": list(ERRORS)})
     detail: str = Field(description="What went wrong, for people: its wording may change.")
     fields: dict[str, str] = Field(description="Each request field at fault (jobs.3.run_at).")
     id: str | None = Field(None, description="server_error: the error's id in the log.")
@@ -320,7 +315,7 @@ class Error(BaseModel):
 
 def job_json(job: DelayedJob, history: list[JobAttempt] | None = None) -> dict[str, Any]:
     """Every public field of ``job`` (``Job``); with ``history``, its attempts too."""
-    data = {name: getattr(job, name) for name in JOB_FIELDS}
+    data = {name: getattr(job, name) for name in Job.model_fields if name != "object"}
     data["object"] = None
     if job.content_type_id is not None:
         # content_type is cached per id by ContentType's manager: no query per job.
@@ -332,8 +327,3 @@ def job_json(job: DelayedJob, history: list[JobAttempt] | None = None) -> dict[s
             {name: getattr(row, name) for name in Attempt.model_fields} for row in history
         ]
     return data
-
-
-def iso(moment: datetime | None) -> str | None:
-    """A time as the API writes it: ISO 8601 in UTC, 2030-01-15T14:30:00.123456Z."""
-    return None if moment is None else moment.astimezone(UTC).isoformat().replace("+00:00", "Z")

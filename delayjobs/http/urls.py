@@ -1,9 +1,8 @@
-"""Mount with ``path("delayjobs/api/", include("delayjobs.http.urls"))``.
-
-The URLs are ninja's, with what ninja leaves to the project: a 405 in the API's JSON
-shape (OPTIONS: 204 with Allow, unauthenticated), no caching (a job's state changes by the
-millisecond and depends on who asks), and a JSON 404 for any other path under the mount
-point, never APPEND_SLASH's redirect (which would turn a POST into a bodiless GET).
+"""The API's URLs (mounted as ``delayjobs.http`` says): ninja's, with what ninja leaves to
+the project: a 405 in the API's JSON shape (OPTIONS: 204 with Allow, unauthenticated), no
+caching (a job's state changes by the millisecond and depends on who asks), and a JSON 404
+for any other path under the mount point, never APPEND_SLASH's redirect (which would turn
+a POST into a bodiless GET).
 """
 
 from __future__ import annotations
@@ -33,8 +32,7 @@ def served(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
                 response = HttpResponse(status=204, headers={"Allow": allow})
             else:
                 detail = f"{request.method} is not allowed here; use {allow}."
-                error = ApiError("method_not_allowed", detail, headers={"Allow": allow})
-                response = error.response()
+                response = ApiError("method_not_allowed", detail, headers={"Allow": allow}).response
         add_never_cache_headers(response)
         return response
 
@@ -46,7 +44,7 @@ def served(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
 
 @served
 def not_found(request: HttpRequest, **kwargs: Any) -> HttpResponse:
-    return ApiError("not_found", f"No such URL: {request.path}.").response()
+    return ApiError("not_found", f"No such URL: {request.path}.").response
 
 
 # Before ninja's root view, which answers Django's HTML 404.

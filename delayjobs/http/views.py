@@ -1,19 +1,18 @@
 """The API's operations: ninja views that call the public API (``delayjobs.api``), which
-keeps every rule of a valid job and of each transition.
-
-Each operation names its permissions (checked, with the body's size, before ninja reads
-the body: ``auth.access``), its schemas and the errors it may answer; the OpenAPI document
-is ninja's, made from the same declarations. A write runs in one transaction: refused
-half-way, it leaves nothing behind, and its jobs reach Redis only once it commits.
-"""
+keeps every rule of a valid job and of each transition; each declares its permissions,
+schemas and errors (``operation``), from which ninja makes the OpenAPI document. A write
+runs in one transaction: refused half-way, it leaves nothing behind, and its jobs reach
+Redis only once it commits. Each change is written to the admin's log."""
 
 from __future__ import annotations
 
 import functools
 import inspect
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
+from django.apps import apps
 from django.contrib.contenttypes.models import ContentType
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse
@@ -24,43 +23,23 @@ from pydantic import BaseModel
 
 from delayjobs import api
 from delayjobs.exceptions import DuplicateJob, InvalidTransition, JobNotFound, UnknownJobType
-from delayjobs.http.audit import audit, audit_scheduled
-from delayjobs.http.auth import (
-    ADD,
-    CANCEL,
-    MAX_BODY_BYTES,
-    MAX_BULK_BODY_BYTES,
-    RESCHEDULE,
-    RETRY,
-    VIEW,
-    Identity,
-    access,
-)
+from delayjobs.http import schemas
+from delayjobs.http.auth import MAX_BODY_BYTES, MAX_BULK_BODY_BYTES, Identity, access
 from delayjobs.http.errors import ApiError
-from delayjobs.http.schemas import (
-    MAX_ID,
-    BulkScheduleIn,
-    CancelByKeyIn,
-    Error,
-    Job,
-    JobDetail,
-    JobList,
-    JobOrId,
-    ListQuery,
-    RescheduleIn,
-    Scheduled,
-    ScheduleIn,
-    iso,
-    job_json,
-)
 from delayjobs.jobtypes import registry
 from delayjobs.models import DelayedJob, jobs_database
 
 #: The URL namespace of the API (``delayjobs.http.urls``).
 NS = "delayjobs_api"
+#: The permissions operations need: the admin's, as app_label.codename.
+VIEW = "delayjobs.view_delayedjob"
+ADD = "delayjobs.add_delayedjob"
+CANCEL = "delayjobs.cancel_delayedjob"
+RESCHEDULE = "delayjobs.reschedule_delayedjob"
+RETRY = "delayjobs.retry_delayedjob"
 router = Router()
 #: A job's id in a path: a larger one cannot exist.
-JobId = Path(..., le=MAX_ID)
+JobId = Path(..., le=schemas.MAX_ID)
 View = Callable[..., Any]
 
 
@@ -88,14 +67,11 @@ def operation(
         statuses |= {404} if "job_id" in path or finds_job else set()
         common: dict[str, Any] = {
             "auth": access(*permissions, max_body=max_body if body else None),
-            "response": {**response, tuple(sorted(statuses)): Error},
+            "response": {**response, tuple(sorted(statuses)): schemas.Error},
         }
-        options["openapi_extra"] = {
-            "x-permissions": list(permissions),
-            **options.get("openapi_extra", {}),
-        }
+        extra = {"x-permissions": list(permissions), **options.pop("openapi_extra", {})}
         view = in_transaction(view) if method == "POST" else view
-        router.add_api_operation(path, [method], view, **options, **common)
+        router.add_api_operation(path, [method], view, openapi_extra=extra, **options, **common)
         if method == "GET":
             router.add_api_operation(path, ["HEAD"], view, include_in_schema=False, **common)
         return view
@@ -127,7 +103,7 @@ def shown(request: HttpRequest, jobs: list[DelayedJob]) -> list[dict[str, Any]]:
     permission (scheduling does not let a caller read jobs; a job found by key may be
     another service's)."""
     if caller(request).user.has_perm(VIEW):  # once: a bulk request may have a thousand
-        return [job_json(job) for job in jobs]
+        return [schemas.job_json(job) for job in jobs]
     return [{"id": job.pk} for job in jobs]
 
 
@@ -153,8 +129,10 @@ LOCATION = {"Location": {"description": "The job's URL.", "schema": {"type": "st
 CREATED = {"responses": {201: {"links": LINKS, "headers": LOCATION}}}
 
 
-@operation("POST", "jobs/", [ADD], {201: JobOrId}, url_name="jobs", openapi_extra=CREATED)
-def schedule_job(request: HttpRequest, body: ScheduleIn, response: HttpResponse) -> Status[Any]:
+@operation("POST", "jobs/", [ADD], {201: schemas.JobOrId}, url_name="jobs", openapi_extra=CREATED)
+def schedule_job(
+    request: HttpRequest, body: schemas.ScheduleIn, response: HttpResponse
+) -> Status[Any]:
     """Schedules a job (delayjobs.schedule). With replace, it also needs
     delayjobs.reschedule_delayedjob. The reply shows the job's fields only with
     delayjobs.view_delayedjob; without it, only its id."""
@@ -168,8 +146,8 @@ def schedule_job(request: HttpRequest, body: ScheduleIn, response: HttpResponse)
     return Status(201, shown(request, [job])[0])
 
 
-@operation("POST", "jobs/bulk/", [ADD], {201: Scheduled}, max_body=MAX_BULK_BODY_BYTES)
-def schedule_jobs(request: HttpRequest, body: BulkScheduleIn) -> Status[Any]:
+@operation("POST", "jobs/bulk/", [ADD], {201: schemas.Scheduled}, max_body=MAX_BULK_BODY_BYTES)
+def schedule_jobs(request: HttpRequest, body: schemas.BulkScheduleIn) -> Status[Any]:
     """Schedules many jobs, all or none (delayjobs.schedule_many): as scheduleJob, for
     each job of the list."""
     specs, moved = prepare(request, body.jobs, bulk=True)
@@ -183,15 +161,14 @@ def schedule_jobs(request: HttpRequest, body: BulkScheduleIn) -> Status[Any]:
 
 
 def prepare(
-    request: HttpRequest, bodies: Sequence[ScheduleIn], *, bulk: bool
+    request: HttpRequest, bodies: Sequence[schemas.ScheduleIn], *, bulk: bool
 ) -> tuple[list[dict[str, Any]], dict[int, Any]]:
     """The specs to give schedule(), and when each job a replace will move was due.
 
     Refuses, before anything is written: a replace without the permission to move jobs; a
     job type not open to the key, exactly as an unknown one (the API must not tell which
     internal job types exist); a key twice in one request; a replace that would move a
-    job that is not scheduled, or change its job type or queue.
-    """
+    job that is not scheduled, or change its job type or queue."""
     identity = caller(request)
     specs = [sent(body) for body in bodies]
     if any(spec.get("replace") for spec in specs) and not identity.user.has_perm(RESCHEDULE):
@@ -239,45 +216,37 @@ def replaceable_holder(request: HttpRequest, spec: dict[str, Any], field: str) -
 # Reading -------------------------------------------------------------------------------
 
 
-@operation("GET", "jobs/", [VIEW], {200: JobList})
-def list_jobs(request: HttpRequest, query: Query[ListQuery]) -> dict[str, Any]:
+@operation("GET", "jobs/", [VIEW], {200: schemas.JobList})
+def list_jobs(request: HttpRequest, query: Query[schemas.ListQuery]) -> dict[str, Any]:
     """Lists jobs, newest first (by id: a stable order, and a keyset page needs no OFFSET
     scan), a page at a time: next_cursor leads to the next page."""
-    filters: dict[str, Any] = {
-        name: value
-        for name in ("job_type", "queue", "key", "object_id")
-        if (value := getattr(query, name)) is not None
-    }
+    filters = query.model_dump(include={"job_type", "queue", "key", "object_id"}, exclude_none=True)
     if query.status:
         filters["status__in"] = query.status
     if query.object_type is not None:
         app_label, _dot, model = query.object_type.partition(".")
-        found = ContentType.objects.filter(app_label=app_label, model=model.lower()).first()
-        if found is None:  # a model that does not exist: no job is about it
-            filters["pk__in"] = []
-        else:
-            filters["content_type"] = found
+        found = ContentType.objects.filter(app_label=app_label, model=model.lower())
+        filters["content_type__in"] = list(found)  # none for a model that does not exist
     if query.cursor is not None:
-        filters["pk__lt"] = min(int(query.cursor), MAX_ID)
+        filters["pk__lt"] = min(int(query.cursor), schemas.MAX_ID)
     jobs = DelayedJob.objects.select_related("content_type").filter(**filters).order_by("-pk")
     page = list(jobs[: query.limit + 1])
-    cursor = str(page[query.limit - 1].pk) if len(page) > query.limit else None
-    next_url = None
-    if cursor is not None:
-        params = request.GET.copy()
-        params["cursor"] = cursor
-        next_url = request.build_absolute_uri(f"{request.path}?{params.urlencode()}")
-    jobs_json = [job_json(job) for job in page[: query.limit]]
+    jobs_json = [schemas.job_json(job) for job in page[: query.limit]]
+    if len(page) <= query.limit:  # the last page
+        return {"jobs": jobs_json, "next_cursor": None, "next": None}
+    params = request.GET.copy()
+    params["cursor"] = cursor = str(page[query.limit - 1].pk)
+    next_url = request.build_absolute_uri(f"{request.path}?{params.urlencode()}")
     return {"jobs": jobs_json, "next_cursor": cursor, "next": next_url}
 
 
-@operation("GET", "jobs/{int:job_id}/", [VIEW], {200: JobDetail}, url_name="job")
+@operation("GET", "jobs/{int:job_id}/", [VIEW], {200: schemas.JobDetail}, url_name="job")
 def get_job(request: HttpRequest, job_id: int = JobId) -> dict[str, Any]:
     """One job, with its attempts, oldest first."""
     job = DelayedJob.objects.select_related("content_type").filter(pk=job_id).first()
     if job is None:
         raise JobNotFound(f"Job {job_id} does not exist.")
-    return job_json(job, list(job.history.order_by("started_at", "id")))
+    return schemas.job_json(job, list(job.history.order_by("started_at", "id")))
 
 
 # Actions ---------------------------------------------------------------------------------
@@ -286,8 +255,8 @@ def get_job(request: HttpRequest, job_id: int = JobId) -> dict[str, Any]:
 # 409 which ids exist and in what state. Each answers the job, after the change.
 
 
-@operation("POST", "jobs/cancel/", [CANCEL, VIEW], {200: Job}, finds_job=True)
-def cancel_job_by_key(request: HttpRequest, body: CancelByKeyIn) -> dict[str, Any]:
+@operation("POST", "jobs/cancel/", [CANCEL, VIEW], {200: schemas.Job}, finds_job=True)
+def cancel_job_by_key(request: HttpRequest, body: schemas.CancelByKeyIn) -> dict[str, Any]:
     """Cancels the scheduled job holding a business key."""
     job = DelayedJob.objects.active().filter(key=body.key).first()
     if job is None:
@@ -295,7 +264,7 @@ def cancel_job_by_key(request: HttpRequest, body: CancelByKeyIn) -> dict[str, An
     return cancel(request, job)
 
 
-@operation("POST", "jobs/{int:job_id}/cancel/", [CANCEL, VIEW], {200: Job})
+@operation("POST", "jobs/{int:job_id}/cancel/", [CANCEL, VIEW], {200: schemas.Job})
 def cancel_job(request: HttpRequest, job_id: int = JobId) -> dict[str, Any]:
     """Cancels a scheduled job (a running one is not interrupted: 409)."""
     job = DelayedJob.objects.filter(pk=job_id).first()
@@ -309,23 +278,21 @@ def cancel(request: HttpRequest, job: DelayedJob) -> dict[str, Any]:
     job.refresh_from_db()
     if not cancelled:
         raise InvalidTransition(f"Cannot cancel job {job.pk}: it is {job.status}.")
-    message = gettext("Cancelled through the HTTP API (%(actor)s).")
-    audit(request, [(job, message % {"actor": caller(request).actor})])
-    return job_json(job)
+    audit(request, [(job, gettext("Cancelled through the HTTP API (%(actor)s)."), {})])
+    return schemas.job_json(job)
 
 
-@operation("POST", "jobs/{int:job_id}/reschedule/", [RESCHEDULE, VIEW], {200: Job})
-def reschedule_job(request: HttpRequest, body: RescheduleIn, job_id: int = JobId) -> Any:
+@operation("POST", "jobs/{int:job_id}/reschedule/", [RESCHEDULE, VIEW], {200: schemas.Job})
+def reschedule_job(request: HttpRequest, body: schemas.RescheduleIn, job_id: int = JobId) -> Any:
     """Moves a scheduled job to run_at, or after delay, or now."""
     was = locked_field(job_id, "run_at")
     job = api.reschedule(job_id, **sent(body))
     message = gettext("Rescheduled through the HTTP API from %(old)s to %(new)s (%(actor)s).")
-    values = {"old": iso(was), "new": iso(job.run_at), "actor": caller(request).actor}
-    audit(request, [(job, message % values)])
-    return job_json(job)
+    audit(request, [(job, message, {"old": iso(was), "new": iso(job.run_at)})])
+    return schemas.job_json(job)
 
 
-@operation("POST", "jobs/{int:job_id}/retry/", [RETRY, VIEW], {200: Job})
+@operation("POST", "jobs/{int:job_id}/retry/", [RETRY, VIEW], {200: schemas.Job})
 def retry_job(request: HttpRequest, job_id: int = JobId) -> dict[str, Any]:
     """Runs a finished job (failed, cancelled, succeeded, skipped, expired) again now; its
     history stays."""
@@ -335,8 +302,8 @@ def retry_job(request: HttpRequest, job_id: int = JobId) -> dict[str, Any]:
     except DuplicateJob as exc:  # its key, taken since: it can run again once that job ends
         raise key_taken(request, exc, None) from exc
     message = gettext("Retried through the HTTP API (was %(status)s; %(actor)s).")
-    audit(request, [(job, message % {"status": was, "actor": caller(request).actor})])
-    return job_json(job)
+    audit(request, [(job, message, {"status": was})])
+    return schemas.job_json(job)
 
 
 def locked_field(job_id: int, name: str) -> Any:
@@ -347,3 +314,56 @@ def locked_field(job_id: int, name: str) -> Any:
     if not values:
         raise JobNotFound(f"Job {job_id} does not exist.")
     return values[0]
+
+
+# The admin's log -------------------------------------------------------------------------
+
+
+def audit_scheduled(request: HttpRequest, jobs: list[DelayedJob], moved: dict[int, Any]) -> None:
+    """The log entries of a schedule: "scheduled" for each new job, "moved" for each job
+    a replace moved (``moved``: when each was due before)."""
+    scheduled = gettext("Scheduled through the HTTP API (%(actor)s).")
+    replaced = gettext(
+        "Moved through the HTTP API by a schedule with replace, from %(old)s to %(new)s "
+        "(%(actor)s)."
+    )
+    audit(request, [(job, scheduled, {}) for job in jobs if job.pk not in moved], added=True)
+    audit(
+        request,
+        [
+            (job, replaced, {"old": iso(moved[job.pk]), "new": iso(job.run_at)})
+            for job in jobs
+            if job.pk in moved
+        ],
+    )
+
+
+def iso(moment: datetime | None) -> str | None:
+    """A time as the API writes it: ISO 8601 in UTC, 2030-01-15T14:30:00.123456Z."""
+    return None if moment is None else moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def audit(
+    request: HttpRequest, entries: Sequence[tuple[DelayedJob, str, dict]], *, added: bool = False
+) -> None:
+    """An entry per job, as the admin's actions write: the user, and the message filled in
+    (with the key or session used). Nothing without django.contrib.admin."""
+    if not entries or not apps.is_installed("django.contrib.admin"):
+        return
+    from django.contrib.admin.models import ADDITION, CHANGE, LogEntry
+
+    identity = caller(request)
+    content_type = ContentType.objects.get_for_model(DelayedJob, for_concrete_model=False)
+    LogEntry.objects.bulk_create(
+        [
+            LogEntry(
+                user_id=identity.user.pk,
+                content_type_id=content_type.pk,
+                object_id=str(job.pk),
+                object_repr=str(job)[:200],
+                action_flag=ADDITION if added else CHANGE,
+                change_message=message % {**values, "actor": identity.actor},
+            )
+            for job, message, values in entries
+        ]
+    )

@@ -19,7 +19,7 @@ def test_without_django_ninja_the_api_names_the_http_extra(
 ) -> None:
     # None in sys.modules makes "import ninja" fail as if it were not installed.
     monkeypatch.setitem(sys.modules, "ninja", None)
-    for name in ("app", "errors", "auth", "schemas", "audit", "views", "urls"):
+    for name in ("app", "errors", "auth", "schemas", "views", "urls"):
         # Imported again: from the package's attributes too, which "from . import" reads.
         monkeypatch.delitem(sys.modules, f"delayjobs.http.{name}", raising=False)
         monkeypatch.delattr(http_package, name, raising=False)

@@ -167,7 +167,7 @@ def test_an_unexpected_error_is_a_json_500_whose_id_is_in_the_log(
     def broken(*args: Any) -> Any:
         raise ZeroDivisionError("a bug nobody foresaw")
 
-    monkeypatch.setattr("delayjobs.http.views.job_json", broken)
+    monkeypatch.setattr("delayjobs.http.schemas.job_json", broken)
     make_job()
     with caplog.at_level(logging.ERROR, logger="delayjobs.http.errors"):
         response = api.get("jobs/")
