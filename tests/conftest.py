@@ -73,6 +73,7 @@ DB_SENSITIVE = frozenset(
         "e2e/test_recurring_redis_down.py",
         "e2e/test_redis_down.py",
         "e2e/test_services_subprocess.py",
+        "e2e/test_supervisor.py",
     }
 )
 #: Modules that do not depend on the database engine, run once on SQLite rather than on

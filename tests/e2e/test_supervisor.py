@@ -16,11 +16,15 @@ from pathlib import Path
 
 import pytest
 from django.core.management import call_command
+from django.db import connection
 from django.test import Client
 from django.urls import reverse
 
 import delayjobs
+from delayjobs.conf import MAX_PROCESSES
 from delayjobs.core import metrics
+from delayjobs.engine.supervisor import usable_cpus
+from delayjobs.management.commands.run_delay_consumer import how_many
 from delayjobs.models import AttemptOutcome, Consumer, DelayedJob, JobStatus
 from tests.conftest import ConsumerFactory, ConsumerProcess
 from tests.consumers import (
@@ -80,6 +84,11 @@ def wait_all_finishing(supervisor: ConsumerProcess, count: int) -> None:
         lambda: supervisor.output().count("SIGTERM: finishing 1 running job(s)") == count,
         message=f"not every process is finishing its job:\n{supervisor.output()}",
     )
+
+
+def test_auto_is_one_process_per_cpu_and_one_on_sqlite() -> None:
+    expected = 1 if connection.vendor == "sqlite" else min(usable_cpus(), MAX_PROCESSES)
+    assert how_many("auto", "local") == expected
 
 
 def test_each_process_runs_jobs_shows_in_status_and_the_admin_and_finishes_on_sigterm(

@@ -11,6 +11,7 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
+from django.db import connections
 
 from delayjobs.conf import AUTO, MAX_PROCESSES, SETTINGS, settings
 from delayjobs.core import metrics
@@ -20,6 +21,7 @@ from delayjobs.engine.supervisor import CHILD_STOP_SIGNALS, EXIT_CONFIG, Supervi
 from delayjobs.jobtypes import registry
 from delayjobs.management import base
 from delayjobs.management.base import checked, configure_logging, flag
+from delayjobs.models import jobs_database
 
 #: Builds the consumer of one process: Consumer with every option already checked.
 MakeConsumer = Callable[[], Consumer]
@@ -55,8 +57,8 @@ class Command(BaseCommand):
             default=None,
             metavar="N",
             help=f"Consumer processes to run, 1 to {MAX_PROCESSES}, or '{AUTO}': one per CPU "
-            f"this command may use (one with --executor celery). Above 1, this process "
-            f"supervises them: it restarts one that dies and passes SIGTERM/SIGINT on. "
+            f"this command may use (one with --executor celery or on SQLite). Above 1, this "
+            f"process supervises them: it restarts one that dies and passes SIGTERM/SIGINT on. "
             f"Default: DELAYJOBS['PROCESSES'], '{AUTO}'.",
         )
         parser.add_argument("--burst", action="store_true", help="Run what is due now, then exit.")
@@ -258,12 +260,15 @@ def before_fork(count: int, executor: str, celery_app: str | None) -> None:
 
 
 def how_many(processes: int | str, executor: str) -> int:
-    """The number of consumer processes ``--processes`` asks for: 'auto' is one per CPU,
-    and one with the Celery executor, whose workers run the jobs (a consumer process there
-    only claims and publishes)."""
+    """The number of consumer processes ``--processes`` asks for: 'auto' is one per CPU;
+    one with the Celery executor, whose workers run the jobs (a consumer process there only
+    claims and publishes), and one on SQLite, which lets one process write at a time (more
+    would wait on each other's writes)."""
     if processes != AUTO:
         return int(processes)
     if executor == "celery" or not hasattr(os, "fork"):
+        return 1
+    if connections[jobs_database()].vendor == "sqlite":
         return 1
     return min(usable_cpus(), MAX_PROCESSES)
 
