@@ -103,6 +103,8 @@ class Slot:
     quick_deaths: int = 0
     #: When to start its next child (time.monotonic()), if it has none now.
     restart_at: float | None = None
+    #: The seconds its latest restart waited (the back-off).
+    waited: float = 0.0
     #: Its last child's exit code, once it is done (burst, or stopping).
     final: int | None = None
 
@@ -318,6 +320,7 @@ class Supervisor:
                 slot.quick_deaths - 1, base=RESTART_BACKOFF, cap=RESTART_BACKOFF_CAP
             ).total_seconds()
         logger.warning("%s; starting it again %s.", what, f"in {delay:.1f} s" if delay else "now")
+        slot.waited = delay
         slot.restart_at = time.monotonic() + delay
 
     # In the child ---------------------------------------------------------------------

@@ -214,7 +214,9 @@ def test_burst_runs_each_due_job_once_in_every_process_then_exits(
     jobs = delayjobs.schedule_many([{"job_type": COUNTED, "payload": {"n": n}} for n in range(100)])
     ids = [job.pk for job in jobs]
 
-    supervisor = supervise(consumer_process, "--burst", "--worker-id", "bursty")
+    supervisor = supervise(
+        consumer_process, "--burst", "--worker-id", "bursty", DELAYJOBS_TEST_LOG_LEVEL="INFO"
+    )
     assert supervisor.wait(timeout=60) == 0, supervisor.output()
 
     assert statuses(ids) == {JobStatus.SUCCEEDED: len(ids)}
