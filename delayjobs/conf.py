@@ -397,10 +397,10 @@ SETTINGS: tuple[Setting, ...] = (
         "The default, 'auto', starts one consumer process per CPU; 1 runs the consumer in "
         "the command's own process, without a supervisor.",
         "Default number of consumer processes run_delay_consumer starts (--processes): "
-        "'auto', one per CPU the command may run on (1 with the Celery executor, whose "
-        "workers run the jobs, and 1 on SQLite, which writes one process at a time), or 1 "
-        "to 64. More than one: the command's process supervises them (restarts one that "
-        "dies, passes signals on).",
+        "'auto', one per CPU the command may run on (1 with --burst, with the Celery "
+        "executor, whose workers run the jobs, and on SQLite, which writes one process at a "
+        "time), or 1 to 64. More than one: the command's process supervises them (restarts "
+        "one that dies, passes signals on).",
     ),
     _duration(
         "IDLE_TIMEOUT",

@@ -91,6 +91,16 @@ def test_auto_is_one_process_per_cpu_and_one_on_sqlite() -> None:
     assert how_many("auto", "local") == expected
 
 
+def test_a_burst_with_auto_runs_in_the_callers_own_process() -> None:
+    # What a project's test does to drain what is due: no fork of the test's process.
+    job = delayjobs.schedule(COUNTED)
+    call_command("run_delay_consumer", "--burst")
+    job.refresh_from_db()
+    assert job.status == JobStatus.SUCCEEDED
+    [worker] = Execution.objects.values_list("worker_id", flat=True)
+    assert f":{os.getpid()}:" in worker
+
+
 def test_each_process_runs_jobs_shows_in_status_and_the_admin_and_finishes_on_sigterm(
     consumer_process: ConsumerFactory, admin_client: Client, tmp_path: Path
 ) -> None:

@@ -106,7 +106,9 @@ def test_auto_is_one_process_with_celery_and_a_number_is_that_number() -> None:
     # both databases (these tests have SQLite settings).
     assert usable_cpus() >= 1
     assert how_many("auto", "celery") == 1
+    assert how_many("auto", "local", burst=True) == 1  # a drain, in the caller's process
     assert how_many(3, "local") == 3
+    assert how_many(3, "local", burst=True) == 3
 
 
 def test_a_worker_id_names_each_process() -> None:

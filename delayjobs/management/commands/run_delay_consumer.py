@@ -57,9 +57,9 @@ class Command(BaseCommand):
             default=None,
             metavar="N",
             help=f"Consumer processes to run, 1 to {MAX_PROCESSES}, or '{AUTO}': one per CPU "
-            f"this command may use (one with --executor celery or on SQLite). Above 1, this "
-            f"process supervises them: it restarts one that dies and passes SIGTERM/SIGINT on. "
-            f"Default: DELAYJOBS['PROCESSES'], '{AUTO}'.",
+            f"this command may use (one with --burst, --executor celery or on SQLite). Above 1, "
+            f"this process supervises them: it restarts one that dies and passes SIGTERM/SIGINT "
+            f"on. Default: DELAYJOBS['PROCESSES'], '{AUTO}'.",
         )
         parser.add_argument("--burst", action="store_true", help="Run what is due now, then exit.")
         parser.add_argument(
@@ -147,6 +147,7 @@ class Command(BaseCommand):
                 setting("PROCESSES") if processes is None else processes,
             ),
             executor,
+            burst=burst is True,
         )
         # Every option is checked before the consumer is built: a CommandError names it.
         make = partial(
@@ -259,14 +260,15 @@ def before_fork(count: int, executor: str, celery_app: str | None) -> None:
         raise CommandError(str(exc)) from None
 
 
-def how_many(processes: int | str, executor: str) -> int:
+def how_many(processes: int | str, executor: str, *, burst: bool = False) -> int:
     """The number of consumer processes ``--processes`` asks for: 'auto' is one per CPU;
     one with the Celery executor, whose workers run the jobs (a consumer process there only
-    claims and publishes), and one on SQLite, which lets one process write at a time (more
-    would wait on each other's writes)."""
+    claims and publishes); one on SQLite, which lets one process write at a time (more
+    would wait on each other's writes); and one with ``--burst``, a drain of what is due
+    now for cron and tests, which a test calls in its own process and transaction."""
     if processes != AUTO:
         return int(processes)
-    if executor == "celery" or not hasattr(os, "fork"):
+    if burst or executor == "celery" or not hasattr(os, "fork"):
         return 1
     if connections[jobs_database()].vendor == "sqlite":
         return 1
