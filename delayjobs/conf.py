@@ -384,10 +384,10 @@ SETTINGS: tuple[Setting, ...] = (
         "delayjobs.E007",
         "The default is 32.",
         "Default number of jobs one consumer process runs at once (its thread pool size, "
-        "threads started as needed). Job bodies wait (on the database, Redis, HTTP) far "
-        "more than they compute, and a waiting thread gives the GIL up: 32 keeps a CPU "
-        "busy where 10 left it idle. A thread holds a database connection only while its "
-        "job uses the ORM (CONN_MAX_AGE 0), or from its first query on (CONN_MAX_AGE > 0).",
+        "threads started as needed). Job bodies wait (on the database, Redis, HTTP) more "
+        "than they compute, and a waiting thread gives the GIL up, so threads to spare keep "
+        "the CPU busy. A thread holds a database connection only while its job uses the "
+        "ORM (CONN_MAX_AGE 0), or from its first query on (CONN_MAX_AGE > 0).",
     ),
     Setting(
         "PROCESSES",
