@@ -128,6 +128,8 @@ def start_consumer(concurrency: int, log_path: Path) -> subprocess.Popen[bytes]:
         sys.executable,
         "manage.py",
         "run_delay_consumer",
+        "--processes",
+        "1",
         "--queue",
         ASYNC_QUEUE,
         "--concurrency",

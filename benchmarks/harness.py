@@ -136,6 +136,8 @@ class Consumer:
             sys.executable,
             "manage.py",
             "run_delay_consumer",
+            "--processes",
+            "1",
             "--concurrency",
             str(self.concurrency),
             "--verbosity",

@@ -34,6 +34,12 @@ EXECUTORS = ("local", "celery")
 MAX_DURATION = timedelta(days=365)
 MAX_TIMEOUT_SECONDS = 24 * 3600
 MAX_CONCURRENCY = 1000
+#: The most consumer processes one ``run_delay_consumer`` supervises: each is a whole
+#: Django process (memory, database connections), and a host with more CPUs than this
+#: runs several commands (or containers) rather than one.
+MAX_PROCESSES = 64
+#: ``PROCESSES`` (and ``--processes``) that means one process per CPU this process may run on.
+AUTO = "auto"
 #: The most MAX_PAYLOAD_DEPTH may be: far below Python's recursion limit of 1000.
 MAX_PAYLOAD_DEPTH_LIMIT = 200
 #: The most MAX_SCHEDULE_AHEAD may be: far enough for anything, far from the year 9999.
@@ -158,6 +164,20 @@ class Choice(Kind):
         if value not in self.options:
             raise ValueError(value)
         return str(value)
+
+
+class Processes(Kind):
+    """``"auto"`` or an int (not a bool) from 1 to MAX_PROCESSES."""
+
+    def expected(self) -> str:
+        return f"'{AUTO}' (one per usable CPU) or a whole number from 1 to {MAX_PROCESSES}"
+
+    def read(self, value: Any) -> int | str:
+        if value == AUTO:
+            return AUTO
+        if not is_integer(value) or not 1 <= value <= MAX_PROCESSES:
+            raise ValueError(value)
+        return int(value)
 
 
 class Flag(Kind):
@@ -359,11 +379,28 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "CONCURRENCY",
-        10,
+        32,
         Integer(1, MAX_CONCURRENCY),
         "delayjobs.E007",
-        "The default is 10.",
-        "Default number of jobs one consumer runs at once (its thread pool size).",
+        "The default is 32.",
+        "Default number of jobs one consumer process runs at once (its thread pool size, "
+        "threads started as needed). Job bodies wait (on the database, Redis, HTTP) more "
+        "than they compute, and a waiting thread gives the GIL up, so threads to spare keep "
+        "the CPU busy. A thread holds a database connection only while its job uses the "
+        "ORM (CONN_MAX_AGE 0), or from its first query on (CONN_MAX_AGE > 0).",
+    ),
+    Setting(
+        "PROCESSES",
+        AUTO,
+        Processes(),
+        "delayjobs.E019",
+        "The default, 'auto', starts one consumer process per CPU; 1 runs the consumer in "
+        "the command's own process, without a supervisor.",
+        "Default number of consumer processes run_delay_consumer starts (--processes): "
+        "'auto', one per CPU the command may run on (1 with --burst, with the Celery "
+        "executor, whose workers run the jobs, and on SQLite, which writes one process at a "
+        "time), or 1 to 64. More than one: the command's process supervises them (restarts "
+        "one that dies, passes signals on).",
     ),
     _duration(
         "IDLE_TIMEOUT",

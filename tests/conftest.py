@@ -73,6 +73,7 @@ DB_SENSITIVE = frozenset(
         "e2e/test_recurring_redis_down.py",
         "e2e/test_redis_down.py",
         "e2e/test_services_subprocess.py",
+        "e2e/test_supervisor.py",
     }
 )
 #: Modules that do not depend on the database engine, run once on SQLite rather than on
@@ -170,8 +171,10 @@ def redis_client(_clean_redis: None) -> Iterator[redis.Redis]:
 
 #: What a consumer subprocess runs, after ``python``. Without Django's system checks, a
 #: third of a consumer's start: the suite starts hundreds, and the checks have tests of
-#: their own (tests/unit/test_checks.py, tests/integration/test_checks_db.py).
-CONSUMER = ("manage.py", "run_delay_consumer", "--skip-checks")
+#: their own (tests/unit/test_checks.py, tests/integration/test_checks_db.py). One
+#: consumer process, as the tests count them (pids, signals, kills); tests/e2e/
+#: test_supervisor.py passes --processes again, which argparse takes over this one.
+CONSUMER = ("manage.py", "run_delay_consumer", "--skip-checks", "--processes", "1")
 
 
 class ConsumerProcess:

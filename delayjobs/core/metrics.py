@@ -8,9 +8,12 @@ liveness. What the database knows (jobs due now, and due within the pre-load win
 read at each scrape by ``BacklogCollector``.
 
 Exposed by ``run_delay_consumer --metrics-port`` (``serve``) and by ``metrics_view`` for
-your URLconf. With several processes on a host (gunicorn, several consumers), set
+your URLconf. With several processes on a host (gunicorn, several consumers, or the
+consumer processes of one ``run_delay_consumer --processes N``), set
 ``PROMETHEUS_MULTIPROC_DIR`` for all of them, as prometheus_client's multiprocess mode
 asks: each process then writes its figures there, and either endpoint reports the sum.
+A supervisor serves ``--metrics-port`` from its first consumer process, and only in that
+mode: its figures alone would be a fraction of the host's.
 """
 
 from __future__ import annotations
@@ -154,11 +157,22 @@ def consumer_running(running: bool) -> None:
         CONSUMERS.set(1 if running else 0)
         if not running:
             IN_FLIGHT.set(0)
-            if os.environ.get(MULTIPROCESS_ENV):
-                from prometheus_client import multiprocess
+            # Its live gauges leave the sums; its counters stay in them, as they should.
+            process_gone(os.getpid())
 
-                # Its live gauges leave the sums; its counters stay in them, as they should.
-                multiprocess.mark_process_dead(os.getpid())
+
+def multiprocess() -> bool:
+    """Whether this process writes its figures for prometheus_client's multiprocess mode."""
+    return bool(os.environ.get(MULTIPROCESS_ENV))
+
+
+def process_gone(pid: int) -> None:
+    """A consumer process ``pid`` exited (seen by its supervisor): its live gauges leave the
+    sums, even when it was killed before it could say so itself (``consumer_running``)."""
+    if ENABLED and multiprocess():
+        from prometheus_client import multiprocess as prometheus_multiprocess
+
+        prometheus_multiprocess.mark_process_dead(pid)
 
 
 class BacklogCollector:
@@ -207,7 +221,7 @@ def registry() -> Any:
     from prometheus_client import REGISTRY, CollectorRegistry
     from prometheus_client.multiprocess import MultiProcessCollector
 
-    if not os.environ.get(MULTIPROCESS_ENV):
+    if not multiprocess():
         return REGISTRY
     collected = CollectorRegistry()
     MultiProcessCollector(collected)

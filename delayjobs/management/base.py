@@ -18,7 +18,7 @@ from typing import Any, TextIO, TypeVar
 from django.core.management.base import BaseCommand, CommandError, OutputWrapper
 
 from delayjobs import pauses
-from delayjobs.conf import EXECUTORS, MAX_CONCURRENCY
+from delayjobs.conf import AUTO, BY_NAME, EXECUTORS, MAX_CONCURRENCY
 from delayjobs.core.db import max_length
 from delayjobs.exceptions import InvalidJob
 from delayjobs.models import ACTIVE_STATUSES, DelayedJob, JobStatus, Schedule
@@ -49,6 +49,23 @@ def concurrency(value: object) -> int:
             f"must be at most {MAX_CONCURRENCY} (one thread each), got {shown(number)}"
         )
     return number
+
+
+def processes(value: object) -> int | str:
+    """--processes: 'auto' or a whole number of consumer processes, 1 to MAX_PROCESSES; the
+    same rule as the PROCESSES setting."""
+    kind = BY_NAME["PROCESSES"].kind
+    number = value
+    if isinstance(value, str) and value != AUTO:
+        try:
+            number = whole_number(value)
+        except ArgumentTypeError:
+            number = None
+    try:
+        read: int | str = kind.read(number)
+    except ValueError:
+        raise ArgumentTypeError(f"use {kind.expected()}, got {shown(value)}") from None
+    return read
 
 
 def queue_name(value: object) -> str:

@@ -32,7 +32,13 @@ from hypothesis import strategies as st
 import delayjobs
 from delayjobs import DuplicateJob, InvalidJob, InvalidTransition, JobNotFound, UnknownJobType
 from delayjobs.checks import check_settings
-from delayjobs.conf import DEFAULTS, MAX_CONCURRENCY, MAX_DURATION, MAX_TIMEOUT_SECONDS
+from delayjobs.conf import (
+    DEFAULTS,
+    MAX_CONCURRENCY,
+    MAX_DURATION,
+    MAX_PROCESSES,
+    MAX_TIMEOUT_SECONDS,
+)
 from delayjobs.jobtypes import MAX_LATENESS, MIN_LATENESS, registry
 from delayjobs.models import AttemptOutcome, DelayedJob, JobAttempt, JobStatus
 from delayjobs.validation import KEY_MAX_LENGTH, MAX_ATTEMPTS_LIMIT, SPEC_FIELDS
@@ -738,7 +744,9 @@ def consume(*args: str, **options: Any) -> None:
     find nothing due and return (failing the test), not claim the world's job, whose row
     this test's open transaction holds.
     """
-    call_command("run_delay_consumer", *args, "--burst", "--no-preload", **options)
+    call_command(
+        "run_delay_consumer", "--processes", "1", *args, "--burst", "--no-preload", **options
+    )
 
 
 def bad_concurrency_texts() -> st.SearchStrategy[str]:
@@ -784,6 +792,51 @@ def test_consumer_refuses_a_bad_concurrency_setting(redis_client, value):
     # call_command skips the system checks, which would have reported it (E007).
     with override_settings(DELAYJOBS={**django_settings.DELAYJOBS, "CONCURRENCY": value}):
         assert_refused(consume, CommandError, "DELAYJOBS['CONCURRENCY'] must be", redis_client)
+
+
+#: Refused by --processes, whether typed or given to call_command (which passes them as
+#: they are). Never one it accepts: that would fork the test's own process.
+BAD_PROCESSES_TEXTS = ["0", "-1", str(MAX_PROCESSES + 1), "abc", "", "1.5", "Auto", "auto "]
+BAD_PROCESSES = [0, -1, MAX_PROCESSES + 1, 10**30, True, 2.0, "0", "many", [], {"n": 2}]
+
+
+@pytest.mark.parametrize("value", BAD_PROCESSES_TEXTS)
+def test_consumer_refuses_a_bad_number_of_processes_on_the_command_line(redis_client, value):
+    call = lambda: consume(f"--processes={value}")  # noqa: E731
+    says = "argument --processes: use 'auto' (one per usable CPU) or a whole number from 1 to 64"
+    assert_refused(call, CommandError, says, redis_client)
+
+
+@pytest.mark.parametrize("value", BAD_PROCESSES)
+def test_consumer_refuses_a_bad_number_of_processes_from_call_command(redis_client, value):
+    call = lambda: consume(processes=value)  # noqa: E731
+    assert_refused(call, CommandError, "--processes: use 'auto'", redis_client)
+
+
+@pytest.mark.parametrize("value", [0, MAX_PROCESSES + 1, "2", True])
+def test_consumer_refuses_a_bad_processes_setting(redis_client, value):
+    # Without --processes, the setting is read (call_command skips the checks: E019).
+    with override_settings(DELAYJOBS={**django_settings.DELAYJOBS, "PROCESSES": value}):
+        call = lambda: call_command("run_delay_consumer", "--burst", "--no-preload")  # noqa: E731
+        assert_refused(call, CommandError, "DELAYJOBS['PROCESSES'] must be", redis_client)
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (
+            ["--executor", "celery"],
+            "--processes 2 with --executor celery: one consumer process claims and publishes",
+        ),
+        (["--worker-id", "w" * 254], "(process 1): use 1-255 printable characters"),
+        (["--celery-app", "sampleproject"], "--celery-app is for the Celery executor"),
+    ],
+)
+def test_several_processes_refuse_what_every_one_would_refuse_before_any_starts(
+    redis_client, args, says
+):
+    call = lambda: consume(*args, processes=2)  # noqa: E731
+    assert_refused(call, CommandError, says, redis_client)
 
 
 BAD_QUEUES = st.sampled_from(["", "a b", "q" * 101, "default\n", "x{y}"]) | st.text(
@@ -912,6 +965,10 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
         lambda value: positive_int(value) and value <= MAX_CONCURRENCY,
         "delayjobs.E007",
     ),
+    "PROCESSES": (
+        lambda value: value == "auto" or (positive_int(value) and value <= MAX_PROCESSES),
+        "delayjobs.E019",
+    ),
     "REDIS_CONNECT_TIMEOUT": (is_timeout, "delayjobs.E010"),
     "REDIS_SOCKET_TIMEOUT": (is_timeout, "delayjobs.E010"),
     "QUEUE_CONCURRENCY": (
@@ -943,6 +1000,7 @@ VALID_SETTINGS: dict[str, st.SearchStrategy[Any]] = {
     "DATABASE_POLL_INTERVAL": POSITIVE_SECONDS,
     "PRELOAD_BATCH_SIZE": st.integers(1, 10**9),
     "CONCURRENCY": st.integers(1, MAX_CONCURRENCY),
+    "PROCESSES": st.just("auto") | st.integers(1, MAX_PROCESSES),
     "REDIS_CONNECT_TIMEOUT": st.integers(1, MAX_TIMEOUT_SECONDS)
     | st.floats(0.001, MAX_TIMEOUT_SECONDS),
     "REDIS_SOCKET_TIMEOUT": st.integers(1, MAX_TIMEOUT_SECONDS)
@@ -970,6 +1028,7 @@ NEAR_MISSES: dict[str, list[Any]] = {
     **{name: [*DURATION_MISSES, MAX_DURATION * 2, timedelta.max] for name in DURATION_KEYS},
     "PRELOAD_BATCH_SIZE": [0, -5, 1.0, True, "100", None],
     "CONCURRENCY": [0, MAX_CONCURRENCY + 1, 2.0, False],
+    "PROCESSES": [0, -1, MAX_PROCESSES + 1, 2.0, True, "2", "Auto", "", None],
     "REDIS_CONNECT_TIMEOUT": TIMEOUT_MISSES,
     "REDIS_SOCKET_TIMEOUT": TIMEOUT_MISSES,
     "QUEUE_CONCURRENCY": [{"sms": 0}, {"": 1}, {"a b": 1}, {"sms\n": 2}, {1: 1}, ["sms"], None],

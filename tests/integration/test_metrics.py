@@ -179,6 +179,37 @@ def test_the_view_sums_the_metrics_consumers_wrote_in_multiprocess_mode(
     assert value(samples, "delayjobs_jobs_due_in_window", queue="default") == 2
 
 
+@pytest.mark.subprocess
+def test_several_processes_serve_every_process_metrics_from_the_first(
+    consumer_process: ConsumerFactory, multiprocess_dir: Path
+) -> None:
+    port = free_port()
+    env = {metrics.MULTIPROCESS_ENV: str(multiprocess_dir)}
+    supervisor = consumer_process("--processes", "2", "--metrics-port", str(port), env=env)
+    wait_for(
+        lambda: (
+            (s := scrape_when(port, supervisor)) is not None
+            and value(s, "delayjobs_consumers") == 2
+        ),
+        message=f"the first process never counted both:\n{supervisor.output()}",
+    )
+    jobs = delayjobs.schedule_many([{"job_type": SCRIPTED, "payload": {"n": n}} for n in range(20)])
+    wait_final([job.pk for job in jobs], [supervisor])
+
+    succeeded = {"job_type": SCRIPTED, "outcome": "succeeded"}
+    assert value(scrape(port), "delayjobs_jobs_finished_total", **succeeded) == 20
+    supervisor.send_signal(signal.SIGTERM)
+    assert supervisor.wait() == 0, supervisor.output()
+
+
+def test_several_processes_on_one_metrics_port_need_multiprocess_mode(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv(metrics.MULTIPROCESS_ENV, raising=False)
+    with pytest.raises(CommandError, match="--metrics-port with 2 processes needs prometheus"):
+        call_command("run_delay_consumer", processes=2, metrics_port=free_port())
+
+
 def view() -> HttpResponse:
     return metrics.metrics_view(RequestFactory().get("/metrics"))
 

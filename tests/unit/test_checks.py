@@ -172,6 +172,20 @@ def test_e007_count_not_a_positive_int(delayjobs_settings, name, value):
     assert ids(check_settings()) == ["delayjobs.E007"]
 
 
+@pytest.mark.parametrize("value", [0, 65, -1, True, 2.0, "2", "many", None])
+def test_e019_processes_neither_auto_nor_1_to_64(delayjobs_settings, value):
+    delayjobs_settings(PROCESSES=value)
+    [message] = check_settings()
+    assert message.id == "delayjobs.E019"
+    assert "'auto' (one per usable CPU) or a whole number from 1 to 64" in message.msg
+
+
+@pytest.mark.parametrize("value", ["auto", 1, 64])
+def test_processes_auto_or_1_to_64_pass(delayjobs_settings, value):
+    delayjobs_settings(PROCESSES=value)
+    assert check_settings() == []
+
+
 def test_e008_use_tz_off(settings):
     settings.USE_TZ = False
     assert ids(check_settings()) == ["delayjobs.E008"]
