@@ -249,10 +249,12 @@ def _schedule_due_job() -> None:
     )
 
 
-def _popen(command: list[str], env: dict[str, str], **streams: Any) -> subprocess.Popen[bytes]:
+def _popen(
+    command: list[str], env: dict[str, str], cwd: Path = harness.REPO_ROOT, **streams: Any
+) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         command,
-        cwd=harness.REPO_ROOT,
+        cwd=cwd,
         env=env,
         stdin=subprocess.DEVNULL,
         preexec_fn=pdeathsig_preexec(os.getpid()),
@@ -271,10 +273,14 @@ def _django_setup_seconds(env: dict[str, str]) -> float:
 
 
 def _consumer_run(
-    command: list[str], env: dict[str, str], work_dir: Path, stderr: int | IO[bytes] | None = None
+    command: list[str],
+    env: dict[str, str],
+    work_dir: Path,
+    stderr: int | IO[bytes] | None = None,
+    cwd: Path = harness.REPO_ROOT,
 ) -> tuple[float, float]:
-    """When ``command`` (a consumer) was started and when the one job due started in it
-    (wall clock), then stop it and empty the tables and Redis."""
+    """When ``command`` (a consumer, run in ``cwd``) was started and when the one job due
+    started in it (wall clock), then stop it and empty the tables and Redis."""
     from benchmarks.records import RECORD_DIR_ENV, RecordReader
 
     record_dir = Path(tempfile.mkdtemp(dir=work_dir))
@@ -284,6 +290,7 @@ def _consumer_run(
     process = _popen(
         command,
         {**env, RECORD_DIR_ENV: str(record_dir)},
+        cwd,
         stdout=log,
         stderr=subprocess.STDOUT if stderr is None else stderr,
     )
@@ -317,6 +324,16 @@ def _trace_marks(path: Path, started: float, job_start: float) -> dict[str, floa
         marks.setdefault(label, float(moment) - started)
     marks["job started"] = job_start - started
     return marks
+
+
+def _step_medians(traces: list[dict[str, float]]) -> dict[str, float]:
+    """Each mark's median over the traced runs, in the order they came."""
+    labels = {label for trace in traces for label in trace}
+    medians = {
+        label: statistics.median(trace[label] for trace in traces if label in trace)
+        for label in labels
+    }
+    return dict(sorted(medians.items(), key=lambda item: item[1]))
 
 
 def _import_times(stderr: str) -> dict[str, tuple[int, int, str | None]]:
@@ -383,7 +400,9 @@ def _extra_imports(env: dict[str, str], work_dir: Path) -> dict[str, Any]:
     }
 
 
-def probe_startup(output_dir: Path) -> None:
+def probe_startup(output_dir: Path, baseline: Path | None) -> None:
+    """``baseline``: another checkout (of the commit to compare with), whose consumer runs
+    from that directory in each round too, with this one's venv."""
     with harness.services(durable=True):
         harness.setup_django()
         work_dir = Path(tempfile.mkdtemp(prefix="startup-"))
@@ -391,16 +410,22 @@ def probe_startup(output_dir: Path) -> None:
         # Measured as deployed: bytecode written by the first (unmeasured) run, then read.
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         consumer = [sys.executable, "manage.py", "run_delay_consumer"]
-        sides: dict[str, list[str] | None] = {"django.setup()": None, "consumer": consumer}
+        here = harness.REPO_ROOT
+        sides: dict[str, tuple[list[str], Path] | None] = {
+            "django.setup()": None,
+            "consumer": (consumer, here),
+        }
         if _has_processes_option():
-            sides["consumer --processes 1"] = [*consumer, "--processes", "1"]
+            sides["consumer --processes 1"] = ([*consumer, "--processes", "1"], here)
+        if baseline is not None:
+            sides["consumer (baseline)"] = (consumer, baseline)
         tracer = f"STEPS = {TRACED_STEPS!r}\nTRACE_ENV = {TRACE_ENV!r}\n{TRACER}"
 
         def measure(side: str) -> float:
-            command = sides[side]
-            if command is None:
+            how = sides[side]
+            if how is None:
                 return _django_setup_seconds(env)
-            started, job_start = _consumer_run(command, env, work_dir)
+            started, job_start = _consumer_run(how[0], env, work_dir, cwd=how[1])
             return job_start - started
 
         for side in sides:  # once each, unmeasured: bytecode cached, pages warm
@@ -409,21 +434,33 @@ def probe_startup(output_dir: Path) -> None:
         load_before = harness.load_average()
         meter.start()
         figures: dict[str, list[float]] = {side: [] for side in sides}
-        traces: list[dict[str, float]] = []
+        traced_sides = {side: how for side, how in sides.items() if how is not None}
+        traces: dict[str, list[dict[str, float]]] = {side: [] for side in traced_sides}
         busy_before: list[float] = []
         for round_number in range(1, STARTUP_ROUNDS + 1):
             busy_before.append(harness.wait_quiet(STARTUP_QUIET_WAIT))
             for side in sides:
                 figures[side].append(measure(side))
-            trace_path = work_dir / f"trace-{round_number}.txt"
-            started, job_start = _consumer_run(
-                [sys.executable, "-c", tracer], {**env, TRACE_ENV: str(trace_path)}, work_dir
-            )
-            traces.append(_trace_marks(trace_path, started, job_start))
+            for number, (side, (command, cwd)) in enumerate(traced_sides.items()):
+                trace_path = work_dir / f"trace-{round_number}-{number}.txt"
+                started, job_start = _consumer_run(
+                    [sys.executable, "-c", tracer, *command[3:]],
+                    {**env, TRACE_ENV: str(trace_path)},
+                    work_dir,
+                    cwd=cwd,
+                )
+                traces[side].append(_trace_marks(trace_path, started, job_start))
             shown = ", ".join(f"{side} {values[-1]:.3f} s" for side, values in figures.items())
             print(f"round {round_number}: {shown}")
         meter.stop()
         medians = {side: statistics.median(values) for side, values in figures.items()}
+        setups = figures["django.setup()"]
+        # Each round's own difference: a burst of load elsewhere moves both sides of a round.
+        differences = {
+            side: statistics.median(c - s for c, s in zip(values, setups, strict=True))
+            for side, values in figures.items()
+            if side != "django.setup()"
+        }
         setup = medians["django.setup()"]
         print(f"medians of {STARTUP_ROUNDS}, from exec:")
         for side, value in medians.items():
@@ -432,21 +469,25 @@ def probe_startup(output_dir: Path) -> None:
                 if side == "django.setup()"
                 else (
                     f"  (+{(value - setup) * 1000:.0f} ms beyond django.setup(), "
-                    f"{value / setup:.2f}x)"
+                    f"{value / setup:.2f}x; median of the rounds' differences "
+                    f"+{differences[side] * 1000:.0f} ms)"
                 )
             )
             print(f"  {side:26} {value * 1000:6.0f} ms{beyond}")
-        labels = sorted(
-            {label for trace in traces for label in trace},
-            key=lambda label: statistics.median(t[label] for t in traces if label in t),
-        )
-        steps = {
-            label: statistics.median(trace[label] for trace in traces if label in trace)
-            for label in labels
+        steps = {side: _step_medians(side_traces) for side, side_traces in traces.items()}
+        # Within one process, from the end of its django.setup() to its job's start: what
+        # the consumer adds, without the noise of comparing two processes.
+        in_process = {
+            side: statistics.median(t["job started"] - t["django.setup()"] for t in side_traces)
+            for side, side_traces in traces.items()
         }
-        print(f"traced consumer, medians of {STARTUP_ROUNDS}, ms from exec:")
-        for label, value in steps.items():
-            print(f"  {value * 1000:6.0f}  {label}")
+        for side, side_steps in steps.items():
+            print(
+                f"traced {side}, medians of {STARTUP_ROUNDS}, ms from exec (from its "
+                f"django.setup() to its job: {in_process[side] * 1000:.0f} ms):"
+            )
+            for label, value in side_steps.items():
+                print(f"  {value * 1000:6.0f}  {label}")
         imports = _extra_imports(env, work_dir)
         print(
             f"modules imported before the first job beyond django.setup()'s "
@@ -469,7 +510,9 @@ def probe_startup(output_dir: Path) -> None:
             "rounds": STARTUP_ROUNDS,
             "seconds_from_exec": figures,
             "medians": medians,
+            "median_differences": differences,
             "trace_medians": steps,
+            "traced_setup_to_job": in_process,
             "traces": traces,
             "imports": imports,
             "machine_busy": busy,
@@ -490,9 +533,17 @@ def main() -> None:
         default=harness.REPO_ROOT / "build" / "benchmarks",
         help="Where startup writes startup.json (default: build/benchmarks).",
     )
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="startup: also run the consumer of this checkout (another commit's tree, e.g. "
+        "from git archive) in each round, from that directory.",
+    )
     arguments = parser.parse_args()
     if arguments.probe == "startup":
-        probe_startup(arguments.output_dir)
+        probe_startup(arguments.output_dir, arguments.baseline)
     else:
         {"schedule": probe_schedule, "memory": probe_memory}[arguments.probe]()
 
