@@ -7,7 +7,7 @@
 #                     [--quick] [--output-dir DIR] [--config celery=prefork-2]
 #                     [--body noop|redis|orm|http|sleep10 | --bodies NAME ...]
 #   benchmarks/run.sh core [...]    # the older delayjobs-only benchmark (benchmarks/core.py)
-#   benchmarks/run.sh probe schedule|memory   # why two columns are not led (benchmarks/probes.py)
+#   benchmarks/run.sh probe schedule|memory|startup   # closer looks (benchmarks/probes.py)
 # Env: PYTHON (default python3), VENV (default .venv-bench); PYTHON312 (default: python3.12
 # on PATH, else pyenv's newest 3.12) and VENV312 (default .venv-bench-py312) for the peers
 # that need Python 3.12 (benchmarks/requirements-py312.txt: Oban for Python, dj-queue).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -53,6 +54,22 @@ def wait_listening(client: Any, consumers: Sequence[Any], queue: str = "default"
         return dict(client.pubsub_numsub(channel)).get(channel.encode(), 0) >= len(consumers)
 
     wait_for(listening, message=f"{len(consumers)} consumer(s) not listening on {channel}")
+
+
+def in_thread(call: Callable[[], object]) -> threading.Thread:
+    """``call`` in a started daemon thread, which closes its own database connections when
+    it is done (the test database is dropped after the test: open ones would hold it)."""
+    from django.db import connections
+
+    def run() -> None:
+        try:
+            call()
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
 
 
 @contextmanager

@@ -1,5 +1,9 @@
 """The checks Django runs: of the DELAYJOBS settings, the registered job types and the HTTP
 API. Registered with ``checks.register`` when this module is imported (by the package).
+
+``run_delay_consumer`` runs only the checks tagged ``CONSUMER_CHECKS``, what a consumer
+reads, before it claims anything: Django's own checks would import the project's URLconf
+(the admin, the HTTP API, every view) in a process that serves none of them.
 """
 
 from __future__ import annotations
@@ -21,8 +25,11 @@ from delayjobs.jobtypes import (
     validate_job_type_class,
 )
 
+#: The tag of the checks a consumer runs at start: the settings and the job types it reads.
+CONSUMER_CHECKS = "delayjobs_consumer"
 
-@checks.register("delayjobs")
+
+@checks.register("delayjobs", CONSUMER_CHECKS)
 def check_settings(
     app_configs: Sequence[Any] | None = None, **kwargs: Any
 ) -> list[checks.CheckMessage]:
@@ -59,7 +66,7 @@ def check_settings(
     return messages
 
 
-@checks.register("delayjobs")
+@checks.register("delayjobs", CONSUMER_CHECKS)
 def check_job_types(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> list[checks.Error]:
     """Every registered job type's declaration, again: ``@register`` refuses a bad one at
     import, but a class attribute changed afterwards (read from a setting, say) must not

@@ -10,7 +10,8 @@ Threads of one consumer process:
 - event loop (one thread, started with the first async job): runs ``async def execute``;
 - recorder: writes outcomes in batches;
 - heartbeat: renews the leases of running jobs;
-- pre-loader: a pass every PRELOAD_INTERVAL (one process at a time, by a Redis lock).
+- pre-loader: a pass every PRELOAD_INTERVAL (one process at a time, by a Redis lock),
+  the first once the main loop has claimed what Redis already held.
 
 Redis-down mode: when Redis fails twice in a row (or times out once), main claims due jobs
 straight from the database every DATABASE_POLL_INTERVAL (sooner when it knows a job is
@@ -117,6 +118,8 @@ class Consumer:
         self._stop_event = threading.Event()  # the same, for the helper threads
         self._drained = threading.Event()
         self._threads: list[threading.Thread] = []
+        #: What ``run`` leaves until the main loop's first turn has claimed what was due.
+        self._after_first_turn: Callable[[], None] | None = None
         self.inflight = InFlight(
             concurrency=self.concurrency,
             slots=Slots(
@@ -213,8 +216,11 @@ class Consumer:
             describe_target(),
             ", burst" if self.burst else "",
         )
+        # Before the first claim: every claim and lease is timed on the database's clock.
+        # What needs no claim to wait for it comes after: the heartbeat thread writes this
+        # consumer's row, and the pre-loader's first pass starts once the loop has claimed
+        # what Redis already holds (a burst waits for it: it ends when nothing is due).
         self.heartbeat.sync_clock(always=True)
-        self.heartbeat.announce()
         metrics.consumer_running(True)
         switch_interval = sys.getswitchinterval()
         sys.setswitchinterval(min(switch_interval, SWITCH_INTERVAL))
@@ -225,7 +231,7 @@ class Consumer:
             if self.burst:
                 self._preload_once()
             else:
-                self._start_thread(self._preload_forever, "delayjobs-preloader")
+                self._after_first_turn = self._start_preloader
         try:
             self.loop()
         finally:
@@ -309,6 +315,9 @@ class Consumer:
                 )
                 drop_broken_connections()
                 wait = ERROR_BACKOFF
+            if self._after_first_turn is not None:
+                start, self._after_first_turn = self._after_first_turn, None
+                start()
             if wait is None:  # burst mode and nothing left to do
                 break
             wait = _earliest(wait, next_timeout)
@@ -332,6 +341,9 @@ class Consumer:
         self.exit_code = EXIT_STUCK
         self._stopping = True
         self._stop_event.set()
+
+    def _start_preloader(self) -> None:
+        self._start_thread(self._preload_forever, "delayjobs-preloader")
 
     def _preload_forever(self) -> None:
         preloader.run_forever(self._stop_event)

@@ -109,7 +109,11 @@ class Heartbeat:
         self.drained = drained
 
     def run(self) -> None:
-        """Renew the leases of running jobs well before they expire."""
+        """Write this consumer's row, then renew the leases of running jobs well before they
+        expire."""
+        # Here, not before the first claim: the row tells people and dashboards which
+        # consumers live; no claim or lease depends on it.
+        self.announce()
         while not self.drained.wait(self._interval()):
             metrics.consumer_beat(self.inflight.held())
             drop_broken_connections()

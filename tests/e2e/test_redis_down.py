@@ -8,13 +8,11 @@ stops and starts again empty, as a crashed Redis without persistence would come 
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.db import connections
 from django.utils import timezone
 from redis import Redis, RedisError
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -28,7 +26,7 @@ from delayjobs.models import DelayedJob
 from tests.conftest import ConsumerFactory, ConsumerProcess
 from tests.consumers import Outage, check_alive, executions_per_job, wait_final, wait_output
 from tests.models import Execution
-from tests.utils import wait_for
+from tests.utils import in_thread, wait_for
 
 pytestmark = [pytest.mark.subprocess, pytest.mark.django_db(transaction=True)]
 
@@ -132,14 +130,7 @@ def test_redis_lost_in_a_backlog_with_busy_threads_switches_to_the_database(
         consumer.inflight.begin(running)
     outage.stop()
 
-    def run_loop() -> None:
-        try:
-            consumer.loop()
-        finally:
-            connections.close_all()  # this thread's: the test database is dropped after
-
-    loop = threading.Thread(target=run_loop, daemon=True)
-    loop.start()
+    loop = in_thread(consumer.loop)
     try:
         wait_for(lambda: consumer.fallback.database_mode, message="still retrying Redis")
     finally:
