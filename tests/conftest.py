@@ -14,6 +14,7 @@ which and why).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -202,6 +203,10 @@ class ConsumerProcess:
                 stderr=subprocess.STDOUT,
                 # If pytest itself is SIGKILLed, its consumers must not live on.
                 preexec_fn=pdeathsig_preexec(os.getpid()),
+                # A group of its own, which kill() ends whole: a supervisor's consumer
+                # processes too, which would otherwise finish their jobs (or wait on a
+                # held one) after the test, still writing to its database.
+                start_new_session=True,
             )
 
     @property
@@ -230,9 +235,9 @@ class ConsumerProcess:
         return self.log_path.read_text(errors="replace")
 
     def kill(self) -> None:
-        """SIGKILL (if still running) and reap."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGKILL)
+        """SIGKILL it and every process it started (its process group), and reap it."""
+        with contextlib.suppress(ProcessLookupError):  # the whole group has exited
+            os.killpg(self.process.pid, signal.SIGKILL)
         self.process.wait()
 
 
