@@ -51,6 +51,7 @@ DB_SENSITIVE = frozenset(
         "integration/test_admin_scale.py",
         "integration/test_async_jobs.py",
         "integration/test_bindings.py",
+        "integration/test_burst_in_a_transaction.py",
         "integration/test_checks_db.py",
         "integration/test_claim_due.py",
         "integration/test_clock.py",

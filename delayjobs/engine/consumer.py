@@ -221,6 +221,12 @@ class Consumer:
         # consumer's row, and the pre-loader's first pass starts once the loop has claimed
         # what Redis already holds (a burst waits for it: it ends when nothing is due).
         self.heartbeat.sync_clock(always=True)
+        if self.burst:
+            # A drain, whose start nobody waits on: its row written and withdrawn on the
+            # caller's connection. Called in a project's test, inside its transaction, the
+            # row then goes with the rollback; written from the heartbeat thread's own
+            # connection, it would outlive it, a live consumer to every later test.
+            self.heartbeat.announce()
         metrics.consumer_running(True)
         switch_interval = sys.getswitchinterval()
         sys.setswitchinterval(min(switch_interval, SWITCH_INTERVAL))

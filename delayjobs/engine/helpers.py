@@ -107,13 +107,16 @@ class Heartbeat:
         # Set once no job runs any more: leases are renewed until then, so that a job
         # finishing during a graceful shutdown is not taken over by another consumer.
         self.drained = drained
+        #: Whether this consumer's row is written (by ``announce``).
+        self.announced = False
 
     def run(self) -> None:
-        """Write this consumer's row, then renew the leases of running jobs well before they
-        expire."""
+        """Write this consumer's row unless it is, then renew the leases of running jobs
+        well before they expire."""
         # Here, not before the first claim: the row tells people and dashboards which
         # consumers live; no claim or lease depends on it.
-        self.announce()
+        if not self.announced:
+            self.announce()
         while not self.drained.wait(self._interval()):
             metrics.consumer_beat(self.inflight.held())
             drop_broken_connections()
@@ -157,6 +160,8 @@ class Heartbeat:
             )
         except DatabaseError as exc:
             logger.warning("Could not record this consumer's heartbeat row (%s).", exc)
+        else:
+            self.announced = True
 
     def sync_clock(self, *, always: bool) -> None:
         """Read the database server's clock, every due and lease decision's time (see
