@@ -521,7 +521,7 @@ class CpuMeter:
         self._started: tuple[float, float, dict[int, float]] | None = None
 
     def start(self) -> None:
-        self._started = (time.monotonic(), _machine_busy_seconds(), self._workers())
+        self._started = (time.monotonic(), machine_busy_seconds(), self._workers())
 
     def stop(self) -> None:
         """The figures from start() to now; only the first call after start() counts."""
@@ -530,7 +530,7 @@ class CpuMeter:
         started, machine, workers = self._started
         self._started = None
         self.seconds = time.monotonic() - started
-        self.machine_seconds = _machine_busy_seconds() - machine
+        self.machine_seconds = machine_busy_seconds() - machine
         now = self._workers()
         self.workers_seconds = sum(cpu - workers.get(pid, 0.0) for pid, cpu in now.items())
 
@@ -555,7 +555,7 @@ class CpuMeter:
         }
 
 
-def _machine_busy_seconds() -> float:
+def machine_busy_seconds() -> float:
     """CPU-seconds every CPU spent busy since boot: user, nice, system, irq and softirq
     (guest time is inside user; idle, iowait and time stolen by the hypervisor are not)."""
     with open("/proc/stat") as file:

@@ -14,6 +14,13 @@ pay.
 the start of a job already due, against Django's own set-up of the same project, in
 interleaved pairs, with where the consumer's extra time goes: timestamps at its steps, and
 the modules it imports beyond Django's set-up.
+
+``benchmarks/run.sh probe threads``: the CPU time each thread of one consumer process
+spends per job while it drains 20,000 jobs due at once (the ``redis`` body), by thread
+(the main loop's claims, the worker threads, the recorder, ...) from each thread's
+``/proc`` times, named by ``py-spy dump``; with ``--baseline DIR``, another checkout's
+consumer in the same rounds; with ``--profile``, where each thread holds the GIL
+(``py-spy record --gil``), by function.
 """
 
 from __future__ import annotations
@@ -526,24 +533,33 @@ def probe_startup(output_dir: Path, baseline: Path | None) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("probe", choices=["schedule", "memory", "startup"])
+    parser.add_argument("probe", choices=["schedule", "memory", "startup", "threads"])
     parser.add_argument(
         "--output-dir",
         type=Path,
         default=harness.REPO_ROOT / "build" / "benchmarks",
-        help="Where startup writes startup.json (default: build/benchmarks).",
+        help="Where startup and threads write their JSON (default: build/benchmarks).",
     )
     parser.add_argument(
         "--baseline",
         type=Path,
         default=None,
         metavar="DIR",
-        help="startup: also run the consumer of this checkout (another commit's tree, e.g. "
-        "from git archive) in each round, from that directory.",
+        help="startup, threads: also run the consumer of this checkout (another commit's "
+        "tree, e.g. from git worktree add) in each round, from that directory.",
+    )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="threads: then one drain of each side under py-spy record --gil.",
     )
     arguments = parser.parse_args()
     if arguments.probe == "startup":
         probe_startup(arguments.output_dir, arguments.baseline)
+    elif arguments.probe == "threads":
+        from benchmarks.thread_cpu import probe_threads
+
+        probe_threads(arguments.output_dir, arguments.baseline, arguments.profile)
     else:
         {"schedule": probe_schedule, "memory": probe_memory}[arguments.probe]()
 

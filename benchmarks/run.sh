@@ -7,7 +7,7 @@
 #                     [--quick] [--output-dir DIR] [--config celery=prefork-2]
 #                     [--body noop|redis|orm|http|sleep10 | --bodies NAME ...]
 #   benchmarks/run.sh core [...]    # the older delayjobs-only benchmark (benchmarks/core.py)
-#   benchmarks/run.sh probe schedule|memory|startup   # closer looks (benchmarks/probes.py)
+#   benchmarks/run.sh probe schedule|memory|startup|threads   # closer looks (benchmarks/probes.py)
 # Env: PYTHON (default python3), VENV (default .venv-bench); PYTHON312 (default: python3.12
 # on PATH, else pyenv's newest 3.12) and VENV312 (default .venv-bench-py312) for the peers
 # that need Python 3.12 (benchmarks/requirements-py312.txt: Oban for Python, dj-queue).
@@ -42,7 +42,7 @@ python312() {  # the first Python 3.12 that runs (pyenv's shim may exist and ref
 PYTHON312="${PYTHON312:-$(python312)}"
 if [ -n "$PYTHON312" ]; then
     venv "$PYTHON312" "$VENV312" -e . -r benchmarks/requirements-py312.txt
-    export DELAYJOBS_BENCH_PY312="$PWD/$VENV312/bin/python"
+    export DELAYJOBS_BENCH_PY312="$(cd "$VENV312" && pwd)/bin/python"  # VENV312 may be relative
 else
     echo "No Python 3.12 (set PYTHON312): Oban for Python and dj-queue will not run." >&2
 fi
