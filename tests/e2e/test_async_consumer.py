@@ -30,10 +30,10 @@ def test_async_jobs_run_on_one_loop_beside_sync_ones_without_a_thread_each(
     consumer_process: ConsumerFactory, redis_client: redis.Redis, tmp_path: Path
 ) -> None:
     release = tmp_path / "release"
-    held = [
-        delayjobs.schedule(ASYNC, {"hold_attempts": [1], "release_file": str(release)})
-        for _ in range(100)
-    ]
+    # Held until the file exists, however long a loaded machine takes to start them all (the
+    # default bound of 60 s would let the first ones end on their own before the check).
+    hold = {"hold_attempts": [1], "release_file": str(release), "hold_seconds": 900}
+    held = [delayjobs.schedule(ASYNC, hold) for _ in range(100)]
     consumer = consumer_process("--concurrency", "500", "--worker-id", "loop")
     for job in held:
         wait_executed(job, [consumer])
