@@ -40,8 +40,7 @@ def check_limits(jobtypes: Iterable[JobType]) -> list[checks.CheckMessage]:
             continue
         members[limits.group].append(jobtype)
     for group, types in sorted(members.items()):
-        declared = {(t.global_concurrency, t.rate_limit) for t in types}
-        if len(declared) > 1:
+        if len({(t.global_concurrency, t.rate_limit) for t in types}) > 1:
             each = "; ".join(
                 f"{_label(t)}: global_concurrency={t.global_concurrency!r}, "
                 f"rate_limit={t.rate_limit!r}"

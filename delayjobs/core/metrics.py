@@ -24,6 +24,7 @@ import importlib.util
 import os
 import time
 from collections.abc import Iterable, Iterator
+from datetime import timedelta
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -81,6 +82,13 @@ if ENABLED:
         "When a consumer last beat (Unix time): a stale one is stuck.",
         multiprocess_mode="livemax",
     )
+    LIMIT_WAIT = Histogram(
+        "delayjobs_limit_wait_seconds",
+        "How long a job of a type with fleet-wide limits was due but held by them before "
+        "its claim admitted it, by job type.",
+        ["job_type"],
+        buckets=LATENESS_BUCKETS,
+    )
     CLOCK_OFFSET = Gauge(
         "delayjobs_clock_offset_seconds",
         "How far a consumer host's clock is behind the database server's (negative: ahead); "
@@ -101,6 +109,17 @@ def job_started(job: DelayedJob, lateness: float) -> None:
         started, lateness_seconds, _ = _of_type(job.job_type)
         started.inc()
         lateness_seconds.observe(max(lateness, 0.0))
+
+
+def limit_wait(job_type: str, wait: timedelta | None) -> None:
+    """A limited claim admitted a job after ``wait`` held (None: not a limited job)."""
+    if ENABLED and wait is not None:
+        _limit_wait(job_type).observe(wait.total_seconds())
+
+
+@functools.cache
+def _limit_wait(job_type: str) -> Any:
+    return LIMIT_WAIT.labels(job_type)
 
 
 def job_finished(job_type: str, outcome: str, duration: float) -> None:

@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.db import connections, transaction
-from django.db.models import Count
+from django.db.models import Count, F, Window
+from django.db.models.functions import RowNumber
 
 from delayjobs.core import clock
 from delayjobs.core.db import text_array
@@ -82,13 +83,15 @@ def claim_limited(
     job_types: Sequence[str],
     leases: Mapping[str, timedelta],
     default_lease: timedelta,
+    ahead: timedelta = timedelta(0),
     at: float | None = None,
 ) -> LimitedClaim:
     """Claim, among ``ids``, the due rows of limited ``job_types`` their limits admit.
 
-    ``now`` is the claim's token, as for ``claim`` (no claim ahead here: a start counts
-    when the job starts, so it is claimed when due). ``at`` replaces the database clock
-    (epoch seconds) for tests that move time themselves; None reads the server's.
+    ``now`` is the claim's token and ``ahead`` how early a job may be claimed, as for
+    ``claim``. A job claimed ahead holds its slot from the claim, and its start counts at
+    its ``run_at`` (when its thread starts it). ``at`` replaces the database clock (epoch
+    seconds) for tests that move time themselves; None reads the server's.
     """
     limits = {name: lim for name in job_types if (lim := limits_by_type(name)) is not None}
     if not ids or not limits:
@@ -101,7 +104,7 @@ def claim_limited(
             # SQLite: write first, so that this transaction holds the database's write lock
             # from here on (claims of every key serialized), never upgrading a read lock.
             _touch_starts(database)
-        candidates = _candidates(ids, now + CLAIM_TOLERANCE, limits, database, postgresql)
+        candidates = _candidates(ids, now + ahead + CLAIM_TOLERANCE, limits, database, postgresql)
         if not candidates:
             return LimitedClaim()
         keys = sorted({c.limit_key for c in candidates})
@@ -120,6 +123,7 @@ def claim_limited(
             job_types=list(limits),
             leases=leases,
             default_lease=default_lease,
+            ahead=ahead,
         )
         starts = {c.pk: start for c, start in admitted}
         for job in jobs:
@@ -286,7 +290,7 @@ def running_counts(keys: list[str], database: str) -> dict[str, int]:
         .values_list("limit_key")
         .order_by()
     )
-    return dict(rows.annotate(n=Count("pk")).values_list("limit_key", "n"))
+    return {key: n for key, n in rows.annotate(n=Count("pk")).values_list("limit_key", "n") if key}
 
 
 def window_starts(since: Mapping[str, float], database: str) -> dict[str, list[float]]:
@@ -339,3 +343,27 @@ def _record_starts(
         horizon[candidate.limit_key] = min(edge, horizon.get(candidate.limit_key, edge))
     for key, edge in horizon.items():
         LimitStart.objects.using(database).filter(limit_key=key, started__lte=edge).delete()
+
+
+def due_limited_ids(
+    *, queues: Sequence[str], job_types: Sequence[str], limit: int, now: datetime
+) -> list[int]:
+    """Due rows of limited types, for a claim straight from the database (Redis down):
+    the first of each key before the second of any, so that a key at its limit, however
+    many jobs it has waiting, never hides the other keys' jobs."""
+    if limit <= 0 or not queues or not job_types:
+        return []
+    rank = Window(
+        RowNumber(),
+        partition_by=[F("limit_key")],
+        order_by=[F("priority").desc(), F("run_at").asc(), F("id").asc()],
+    )
+    due = (
+        DelayedJob.objects.filter(
+            status=JobStatus.SCHEDULED, run_at__lte=now, queue__in=queues, job_type__in=job_types
+        )
+        .annotate(rank=rank)
+        .filter(rank__lte=limit)
+        .order_by("rank", "run_at", "id")
+    )
+    return list(due.values_list("pk", flat=True)[:limit])
