@@ -56,13 +56,14 @@ class DatabaseFetcher:
                 default_lease=JobType.time_to_run,
             )
             claims.start(jobs)
-            if limited_types and free > len(jobs):
+            idle = claims.inflight.idle_threads()
+            if limited_types and idle > 0:
                 # Without Redis nothing parks a held job: it is simply asked about again
                 # at the next poll, or when a job of this consumer ends.
                 ids = transitions.due_limited_ids(
                     queues=open_queues,
                     job_types=limited_types,
-                    limit=free - len(jobs),
+                    limit=idle,
                     now=clock.now(),
                 )
                 jobs += claim_limited(claims, ids, park=False)[0]

@@ -93,17 +93,22 @@ class RedisFetcher:
         first = self._rotation
         self._rotation = (self._rotation + 1) % len(self.lanes)
         budget = self.claims.inflight.budget()
+        limited_taken = 0
         try:
             for name in self.lanes[first:] + self.lanes[:first]:
                 queue, job_type = split_lane(name)
                 if self.claims.pauses.current.covers(queue, job_type):
                     continue
                 wanted = budget.room(queue, job_type)
+                if job_type in claims.limited:
+                    wanted = min(wanted, claims.inflight.idle_threads() - limited_taken)
                 if wanted <= 0:
                     continue
                 taken, more_due = self.store.pop_due(name, now, wanted)
                 backlog = backlog or more_due
                 budget.spend(queue, job_type, len(taken))
+                if job_type in claims.limited:
+                    limited_taken += len(taken)
                 for pk, score in taken:
                     popped[pk] = (name, score)
                 if budget.free <= 0:

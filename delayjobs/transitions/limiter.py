@@ -38,6 +38,13 @@ from delayjobs.limits import Limits
 from delayjobs.models import DelayedJob, JobStatus, LimitStart, jobs_database
 from delayjobs.transitions.claims import CLAIM_TOLERANCE, claim, paused_rows
 
+#: A start occupies its rate window this much longer than the window itself. The database
+#: admits a start at one instant and the consumer's thread begins the job a moment later
+#: (the hand-off to an idle thread; a job claimed ahead starts at its run_at exactly):
+#: without this margin, a start admitted the instant the oldest left the window could
+#: begin within the window of a start that itself began a little late.
+RATE_GUARD = timedelta(milliseconds=25)
+
 
 @dataclass(frozen=True)
 class Held:
@@ -234,9 +241,7 @@ def _admit(
     limits_of_key = {key: limits[group[0].job_type] for key, group in by_key.items()}
     running = running_counts(list(by_key), database)
     since = {
-        key: moment - lim.rate.per.total_seconds()
-        for key, lim in limits_of_key.items()
-        if lim.rate is not None
+        key: moment - _window(lim) for key, lim in limits_of_key.items() if lim.rate is not None
     }
     windows = window_starts(since, database)
     admitted: list[tuple[_Candidate, float]] = []
@@ -265,7 +270,7 @@ def _admit(
                 if slots > 0 and lim.rate is not None:
                     # The rate holds it: a start frees when the oldest leaves the window.
                     oldest = starts[0] if starts else moment
-                    free_at = oldest + lim.rate.per.total_seconds()
+                    free_at = oldest + _window(lim)
                 result.held.append(
                     Held(
                         candidate.pk,
@@ -278,6 +283,13 @@ def _admit(
                     )
                 )
     return admitted
+
+
+def _window(limits: Limits) -> float:
+    """How long a start counts against its key's rate: the window and its guard (at most
+    a tenth of the window, so that a short window is not made several times longer)."""
+    per = limits.rate.per if limits.rate is not None else timedelta(0)
+    return (per + min(RATE_GUARD, per / 10)).total_seconds()
 
 
 def running_counts(keys: list[str], database: str) -> dict[str, int]:
@@ -336,10 +348,7 @@ def _record_starts(
     )
     horizon: dict[str, float] = {}
     for candidate, start in rated:
-        rate = limits[candidate.job_type].rate
-        if rate is None:
-            continue  # filtered above
-        edge = start - rate.per.total_seconds()
+        edge = start - _window(limits[candidate.job_type])
         horizon[candidate.limit_key] = min(edge, horizon.get(candidate.limit_key, edge))
     for key, edge in horizon.items():
         LimitStart.objects.using(database).filter(limit_key=key, started__lte=edge).delete()

@@ -36,6 +36,7 @@ from delayjobs.exceptions import InvalidJob
 from delayjobs.jobtypes import JobType, registry
 from delayjobs.models import DelayedJob, JobAttempt, JobStatus, LimitStart
 from delayjobs.transitions import Outcome, record_outcomes
+from delayjobs.transitions.limiter import RATE_GUARD
 
 pytestmark = pytest.mark.django_db
 
@@ -208,9 +209,11 @@ def test_the_rate_window_slides_and_says_when_a_start_frees() -> None:
     finish(second.jobs)
     assert len(first.jobs) + len(second.jobs) == 3
     held = claim([jobs[3].pk], at=T + 0.9)
-    assert held.jobs == [] and [h.free_at for h in held.held] == [pytest.approx(T + 1.0)]
-    # At exactly one window after the first start, it has left the window.
-    assert [job.pk for job in claim([jobs[3].pk], at=T + 1.0).jobs] == [jobs[3].pk]
+    window = 1.0 + RATE_GUARD.total_seconds()
+    assert held.jobs == [] and [h.free_at for h in held.held] == [pytest.approx(T + window)]
+    # Until one window (and its guard) after the first start, it is in the window.
+    assert claim([jobs[3].pk], at=T + window - 0.001).jobs == []
+    assert [job.pk for job in claim([jobs[3].pk], at=T + window).jobs] == [jobs[3].pk]
 
 
 def test_the_limit_wait_is_kept_on_the_job_and_recorded_on_its_attempt() -> None:
@@ -272,7 +275,7 @@ class LimiterMachine(RuleBasedStateMachine):
     def start(self) -> None:
         DelayedJob.objects.all().delete()
         LimitStart.objects.all().delete()
-        self.model = Model(concurrency=2, rate=3, per=1.0)
+        self.model = Model(concurrency=2, rate=3, per=1.0 + RATE_GUARD.total_seconds())
         self.at = T
         self.jobs: dict[int, DelayedJob] = {}
 
@@ -307,7 +310,7 @@ class LimiterMachine(RuleBasedStateMachine):
         for pks in self.model.running.values():
             pks.discard(pk)
 
-    @rule(seconds=st.sampled_from([0.1, 0.3, 0.5, 1.0]))
+    @rule(seconds=st.sampled_from([0.1, 0.3, 0.5, 1.0, RATE_GUARD.total_seconds()]))
     def advance(self, seconds: float) -> None:
         self.at += seconds
 
