@@ -14,7 +14,13 @@ from delayjobs.transitions.leases import (
     still_claimed,
     take_over,
 )
-from delayjobs.transitions.limiter import Held, LimitedClaim, claim_limited, due_limited_ids
+from delayjobs.transitions.limiter import (
+    Held,
+    LimitedClaim,
+    claim_limited,
+    due_limited_ids,
+    prune_starts,
+)
 from delayjobs.transitions.outcomes import Outcome, record_outcome_if_held, record_outcomes
 
 __all__ = [
@@ -31,6 +37,7 @@ __all__ = [
     "give_back",
     "lease_start",
     "move",
+    "prune_starts",
     "reap_expired_leases",
     "record_outcome_if_held",
     "record_outcomes",

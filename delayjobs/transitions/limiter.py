@@ -80,6 +80,8 @@ class _Candidate:
     priority: int
     run_at: datetime
     expired: bool
+    #: Scheduled before its type had limits: the claim writes the key it is counted under.
+    keyless: bool
 
 
 def claim_limited(
@@ -191,6 +193,7 @@ def _candidates(
                 priority,
                 run_at,
                 lateness is not None and now - run_at > lateness,
+                limit_key is None,
             )
         )
     return candidates
@@ -204,20 +207,26 @@ def _lock_keys(keys: list[str], database: str) -> float:
     cycle. The clock is read after them: a later claim of a key reads a later time.
     """
     with connections[database].cursor() as cursor:
+        # One round trip: the clock is projected after the aggregate took every lock.
         cursor.execute(
-            "SELECT count(pg_advisory_xact_lock(h)) FROM ("
+            "SELECT count(pg_advisory_xact_lock(h)), extract(epoch FROM clock_timestamp())"
+            "::float8 FROM ("
             "  SELECT DISTINCT hashtext(k) AS h FROM unnest(%s::text[]) AS k ORDER BY h"
             ") AS locks",
             [text_array(keys)],
         )
-        cursor.execute("SELECT extract(epoch FROM clock_timestamp())::float8")
-        return float(cursor.fetchone()[0])
+        return float(cursor.fetchone()[1])
 
 
 def _database_epoch(database: str) -> float:
     """The database server's clock, as epoch seconds (SQLite: its own, to the ms)."""
+    sql = (
+        "SELECT extract(epoch FROM clock_timestamp())::float8"
+        if connections[database].vendor == "postgresql"
+        else "SELECT (julianday('now') - 2440587.5) * 86400.0"
+    )
     with connections[database].cursor() as cursor:
-        cursor.execute("SELECT (julianday('now') - 2440587.5) * 86400.0")
+        cursor.execute(sql)
         return float(cursor.fetchone()[0])
 
 
@@ -329,7 +338,8 @@ def _store_missing_keys(admitted: list[tuple[_Candidate, float]], database: str)
     that they count while they run."""
     by_key: dict[str, list[int]] = defaultdict(list)
     for candidate, _start in admitted:
-        by_key[candidate.limit_key].append(candidate.pk)
+        if candidate.keyless:
+            by_key[candidate.limit_key].append(candidate.pk)
     for key, pks in by_key.items():
         DelayedJob.objects.using(database).filter(pk__in=pks, limit_key__isnull=True).update(
             limit_key=key
@@ -346,12 +356,18 @@ def _record_starts(
     LimitStart.objects.using(database).bulk_create(
         [LimitStart(limit_key=c.limit_key, started=start) for c, start in rated]
     )
-    horizon: dict[str, float] = {}
+    # One DELETE per group: what left the window of every key just started in it.
+    edges: dict[str, float] = {}
+    keys: dict[str, set[str]] = defaultdict(set)
     for candidate, start in rated:
-        edge = start - _window(limits[candidate.job_type])
-        horizon[candidate.limit_key] = min(edge, horizon.get(candidate.limit_key, edge))
-    for key, edge in horizon.items():
-        LimitStart.objects.using(database).filter(limit_key=key, started__lte=edge).delete()
+        lim = limits[candidate.job_type]
+        edge = start - _window(lim)
+        edges[lim.group] = min(edge, edges.get(lim.group, edge))
+        keys[lim.group].add(candidate.limit_key)
+    for group, edge in edges.items():
+        LimitStart.objects.using(database).filter(
+            limit_key__in=sorted(keys[group]), started__lte=edge
+        ).delete()
 
 
 def due_limited_ids(
@@ -376,3 +392,18 @@ def due_limited_ids(
         .order_by("rank", "run_at", "id")
     )
     return list(due.values_list("pk", flat=True)[:limit])
+
+
+def prune_starts() -> int:
+    """Drop the starts every rate window has left (a key claimed once keeps its start row
+    until then: the claim prunes only the keys it claims). By the database's clock;
+    run by each pre-loader pass. How many were dropped."""
+    windows = [_window(lim) for jt in registry if (lim := limits_of(jt)) and lim.rate]
+    if not windows and not LimitStart.objects.exists():
+        return 0
+    database = jobs_database()
+    horizon = _database_epoch(database)
+    # A type whose rate was removed leaves rows no window needs: the longest window rules.
+    longest = max(windows, default=0.0)
+    deleted, _ = LimitStart.objects.using(database).filter(started__lte=horizon - longest).delete()
+    return deleted
