@@ -139,7 +139,8 @@ class Consumer:
         self.recorder = Recorder(
             on_retries=index_due_soon,
             on_idle=self.inflight.wake if burst else _no_wake,
-            on_freed=release_slots,
+            # Only a consumer of types with fleet-wide limits looks at each outcome for them.
+            on_freed=release_slots if limited_types() else None,
         )
         self.executor_impl = executor_type(
             inflight=self.inflight,

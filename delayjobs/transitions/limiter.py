@@ -399,11 +399,12 @@ def prune_starts() -> int:
     until then: the claim prunes only the keys it claims). By the database's clock;
     run by each pre-loader pass. How many were dropped."""
     windows = [_window(lim) for jt in registry if (lim := limits_of(jt)) and lim.rate]
-    if not windows and not LimitStart.objects.exists():
+    if not windows:
+        # No statement for a project without rates (rows a removed rate left are a few,
+        # and pruned once a rate is declared again).
         return 0
     database = jobs_database()
     horizon = _database_epoch(database)
-    # A type whose rate was removed leaves rows no window needs: the longest window rules.
-    longest = max(windows, default=0.0)
+    longest = max(windows)
     deleted, _ = LimitStart.objects.using(database).filter(started__lte=horizon - longest).delete()
     return deleted
