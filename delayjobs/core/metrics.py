@@ -227,11 +227,49 @@ class BacklogCollector:
             for row in rows:
                 due.add_metric([row["queue"]], row["due"])
                 window.add_metric([row["queue"]], row["window"])
+            limited = _limit_gauges(now)
         finally:
             if self._close_connections:
                 connections.close_all()
         yield due
         yield window
+        yield from limited
+
+
+#: Separates a limit group's name from a key in ``DelayedJob.limit_key`` (as
+#: ``delayjobs.limits.KEY_SEPARATOR``, which this foundation module cannot import).
+_LIMIT_KEY_SEPARATOR = "/"
+
+
+def _limit_gauges(now: Any) -> list[Any]:
+    """Jobs running and jobs due but waiting under fleet-wide limits, by limit group (not
+    by key: a tenant per key would be a series per tenant). One query on the rows with a
+    limit key (a partial index), empty for a project without limits."""
+    from prometheus_client.core import GaugeMetricFamily
+
+    running = GaugeMetricFamily(
+        "delayjobs_limit_running",
+        "Jobs running under a fleet-wide limit (global_concurrency), by limit group.",
+        labels=["limit_group"],
+    )
+    waiting = GaugeMetricFamily(
+        "delayjobs_limit_waiting",
+        "Jobs due but not running under a fleet-wide limit, by limit group.",
+        labels=["limit_group"],
+    )
+    totals: dict[tuple[str, str], int] = collections.Counter()
+    rows = (
+        DelayedJob.objects.filter(limit_key__isnull=False)
+        .filter(Q(status=JobStatus.RUNNING) | Q(status=JobStatus.SCHEDULED, run_at__lte=now))
+        .values_list("limit_key", "status")
+        .annotate(n=Count("pk"))
+        .order_by()
+    )
+    for key, status, n in rows:
+        totals[((key or "").partition(_LIMIT_KEY_SEPARATOR)[0], status)] += n
+    for (group, status), n in sorted(totals.items()):
+        (running if status == JobStatus.RUNNING else waiting).add_metric([group], n)
+    return [running, waiting]
 
 
 def registry() -> Any:

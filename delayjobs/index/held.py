@@ -18,6 +18,9 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Iterable
+from typing import Any
+
+from redis.cluster import RedisCluster
 
 from delayjobs.index.keys import due_key, held_key, released_key, wake_channel
 from delayjobs.index.store import RedisStore, get_store
@@ -72,13 +75,12 @@ def hold(parked: dict[HeldGroup, list[tuple[int, float]]], *, decided_at: float,
     if not parked:
         return 0
     store = get_store()
-    script = store.client.register_script(HOLD_LUA)
     pipe = store.client.pipeline(transaction=False)
     for (lane_name, limit_key), entries in parked.items():
         argv: list[str] = [repr(decided_at), repr(now), repr(RELEASE_MARGIN)]
         for pk, order in entries:
             argv += [repr(order), str(pk)]
-        script(keys=_keys(lane_name, limit_key), args=argv, client=pipe)
+        _run(store, pipe, HOLD_LUA, _keys(lane_name, limit_key), argv)
     return sum(int(n) for n in pipe.execute())
 
 
@@ -88,25 +90,20 @@ def release(freed: Iterable[HeldGroup], *, now: float, store: RedisStore | None 
     if not counts:
         return 0
     store = store or get_store()
-    script = store.client.register_script(RELEASE_LUA)
     pipe = store.client.pipeline(transaction=False)
     for (lane_name, limit_key), n in counts.items():
-        script(
-            keys=_keys(lane_name, limit_key), args=[n, repr(now), RELEASE_STAMP_TTL_MS], client=pipe
-        )
+        args = [str(n), repr(now), str(RELEASE_STAMP_TTL_MS)]
+        _run(store, pipe, RELEASE_LUA, _keys(lane_name, limit_key), args)
     return sum(int(n) for n in pipe.execute())
 
 
-def held_counts(groups: Iterable[HeldGroup]) -> dict[HeldGroup, int]:
-    """How many jobs each (lane, limit key) has parked (for the status and the admin)."""
-    wanted = list(groups)
-    if not wanted:
-        return {}
-    store = get_store()
-    pipe = store.client.pipeline(transaction=False)
-    for lane_name, limit_key in wanted:
-        pipe.zcard(held_key(lane_name, limit_key))
-    return dict(zip(wanted, (int(n) for n in pipe.execute()), strict=True))
+def _run(store: RedisStore, pipe: Any, script: str, keys: list[str], args: list[str]) -> None:
+    """Queue a script on ``pipe``: EVALSHA (loaded again on NOSCRIPT), or on a Redis
+    Cluster EVAL with its text, as ``RedisStore.add`` does (its pipelines refuse EVALSHA)."""
+    if isinstance(store.client, RedisCluster):
+        pipe.execute_command("EVAL", script, len(keys), *keys, *args)
+    else:
+        store.client.register_script(script)(keys=keys, args=args, client=pipe)
 
 
 def _keys(lane_name: str, limit_key: str) -> list[str]:

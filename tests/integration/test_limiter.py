@@ -7,16 +7,24 @@ move time themselves (the rate window) instead of sleeping.
 
 from __future__ import annotations
 
+import io
 import itertools
+import json
+import re
 import time
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 import pytest
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
+from django.core.management import call_command
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
 from django.utils import timezone
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -31,7 +39,10 @@ from hypothesis.stateful import (
 
 import delayjobs
 from delayjobs import transitions
+from delayjobs.api import stats
+from delayjobs.api.limits import limit_usage
 from delayjobs.checks.limits import check_limits
+from delayjobs.core import metrics
 from delayjobs.exceptions import InvalidJob
 from delayjobs.jobtypes import JobType, registry
 from delayjobs.models import DelayedJob, JobAttempt, JobStatus, LimitStart
@@ -341,3 +352,59 @@ def test_the_limiter_matches_its_sequential_model() -> None:
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
         ),
     )
+
+
+# Seen: the status, the admin's dashboard, the metrics -------------------------------------
+
+
+def busy_limits() -> None:
+    """Tenant a: 2 running of 2, 1 waiting; the whole type "whole": 1 running, 2 waiting."""
+    jobs = [due(Keyed.name, "a") for _ in range(3)] + [due(Whole.name) for _ in range(3)]
+    claim([job.pk for job in jobs], at=time.time())
+
+
+def test_the_status_lists_the_limits_at_work() -> None:
+    busy_limits()
+    usage = {u.label: u for u in stats.collect().limits}
+    keyed = usage["tests.limiter.keyed / a"]
+    assert (keyed.running, keyed.waiting, keyed.window_starts) == (2, 1, 2)
+    assert (keyed.shown_running, keyed.shown_starts) == ("2 / 2", "2 / 3 per 1.0 s")
+    whole = usage["tests.limiter.whole"]
+    assert (whole.running, whole.waiting, whole.shown_starts) == (1, 2, "-")
+    out = io.StringIO()
+    call_command("delayjobs_status", stdout=out)
+    text = out.getvalue()
+    assert "Fleet-wide limits (2 key(s) busy):" in text
+    assert re.search(r"tests\.limiter\.keyed / a\s+2 / 2\s+2 / 3 per 1\.0 s\s+1", text)
+    out = io.StringIO()
+    call_command("delayjobs_status", "--json", stdout=out)
+    limits = {u["group"]: u for u in json.loads(out.getvalue())["limits"]}
+    assert limits["tests.limiter.whole"]["waiting"] == 2
+
+
+def test_no_query_for_limits_in_a_project_without_them() -> None:
+    for cls in (Keyed, Whole):
+        registry.remove(cls.name)
+    with CaptureQueriesContext(connection) as queries:
+        assert limit_usage(timezone.now()) == []
+    assert len(queries) == 0
+
+
+def test_the_dashboard_shows_the_limits(admin_client: Any) -> None:
+    busy_limits()
+    page = admin_client.get(reverse("admin:delayjobs_delayedjob_dashboard")).content.decode()
+    assert "Fleet-wide limits" in page
+    assert "tests.limiter.keyed / a" in page and "2 / 3 per 1.0 s" in page
+
+
+def test_the_metrics_have_gauges_of_the_limits() -> None:
+    busy_limits()
+    families = {f.name: f for f in metrics.BacklogCollector().collect()}
+    running = {
+        s.labels["limit_group"]: s.value for s in families["delayjobs_limit_running"].samples
+    }
+    waiting = {
+        s.labels["limit_group"]: s.value for s in families["delayjobs_limit_waiting"].samples
+    }
+    assert running == {"tests.limiter.keyed": 2, "tests.limiter.whole": 1}
+    assert waiting == {"tests.limiter.keyed": 1, "tests.limiter.whole": 2}
