@@ -57,6 +57,7 @@ DB_SENSITIVE = frozenset(
         "integration/test_clock.py",
         "integration/test_commands.py",
         "integration/test_extreme_values.py",
+        "integration/test_limiter.py",
         "integration/test_operability.py",
         "integration/test_outcomes.py",
         "integration/test_preloader.py",
