@@ -71,6 +71,7 @@ DB_SENSITIVE = frozenset(
         "integration/test_transitions.py",
         "e2e/test_async_consumer.py",
         "e2e/test_consumer.py",
+        "e2e/test_limits.py",
         "e2e/test_recorder_consumer.py",
         "e2e/test_recurring.py",
         "e2e/test_recurring_redis_down.py",
