@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.db import connections, transaction
 from django.db.models import Count, F, Window
@@ -38,12 +38,12 @@ from delayjobs.limits import Limits
 from delayjobs.models import DelayedJob, JobStatus, LimitStart, jobs_database
 from delayjobs.transitions.claims import CLAIM_TOLERANCE, claim, paused_rows
 
-#: A start occupies its rate window this much longer than the window itself. The database
-#: admits a start at one instant and the consumer's thread begins the job a moment later
-#: (the hand-off to an idle thread; a job claimed ahead starts at its run_at exactly):
-#: without this margin, a start admitted the instant the oldest left the window could
-#: begin within the window of a start that itself began a little late.
-RATE_GUARD = timedelta(milliseconds=25)
+#: A job admitted by a rate starts this long after its claim decided, at that very moment
+#: (its thread waits for it, as for a run_at): the start the window counts is then the
+#: start that happens, not one followed by a hand-off of varying length (the rest of the
+#: claim's transaction, its commit, a thread taking the job: 10 to 150 ms on a loaded
+#: machine), which would let more than the rate's count begin in some window.
+START_DELAY = timedelta(milliseconds=50)
 
 
 @dataclass(frozen=True)
@@ -136,7 +136,10 @@ def claim_limited(
         )
         starts = {c.pk: start for c, start in admitted}
         for job in jobs:
-            job.limit_wait = timedelta(seconds=max(0.0, starts[job.pk] - job.run_at.timestamp()))
+            start = starts[job.pk]
+            job.limit_wait = timedelta(seconds=max(0.0, start - job.run_at.timestamp()))
+            if limits[job.job_type].rate is not None:
+                job.limit_start = datetime.fromtimestamp(start, UTC)
         won = {job.pk for job in jobs}
         _record_starts(
             [(c, start) for c, start in admitted if c.pk in won and not c.expired], limits, database
@@ -249,8 +252,12 @@ def _admit(
         by_key[candidate.limit_key].append(candidate)
     limits_of_key = {key: limits[group[0].job_type] for key, group in by_key.items()}
     running = running_counts(list(by_key), database)
+    # A start is counted from when it happens: the new ones at moment + START_DELAY at the
+    # earliest, so any start after that less one window shares a window with them.
     since = {
-        key: moment - _window(lim) for key, lim in limits_of_key.items() if lim.rate is not None
+        key: moment + START_DELAY.total_seconds() - _window(lim)
+        for key, lim in limits_of_key.items()
+        if lim.rate is not None
     }
     windows = window_starts(since, database)
     admitted: list[tuple[_Candidate, float]] = []
@@ -263,8 +270,9 @@ def _admit(
         )
         starts = windows.get(key, [])
         tokens = lim.rate.count - len(starts) if lim.rate is not None else len(group)
+        delay = START_DELAY.total_seconds() if lim.rate is not None else 0.0
         for candidate in group:  # by priority, then run_at (the query's order)
-            start = max(moment, candidate.run_at.timestamp())
+            start = max(moment + delay, candidate.run_at.timestamp())
             if candidate.expired and slots > 0:
                 # Past its max_lateness: claimed only to be recorded expired; it takes a
                 # slot until then, but no start, as it never runs.
@@ -295,10 +303,8 @@ def _admit(
 
 
 def _window(limits: Limits) -> float:
-    """How long a start counts against its key's rate: the window and its guard (at most
-    a tenth of the window, so that a short window is not made several times longer)."""
-    per = limits.rate.per if limits.rate is not None else timedelta(0)
-    return (per + min(RATE_GUARD, per / 10)).total_seconds()
+    """How long a start counts against its key's rate."""
+    return limits.rate.per.total_seconds() if limits.rate is not None else 0.0
 
 
 def running_counts(keys: list[str], database: str) -> dict[str, int]:

@@ -47,7 +47,7 @@ from delayjobs.exceptions import InvalidJob
 from delayjobs.jobtypes import JobType, registry
 from delayjobs.models import DelayedJob, JobAttempt, JobStatus, LimitStart
 from delayjobs.transitions import Outcome, record_outcomes
-from delayjobs.transitions.limiter import RATE_GUARD
+from delayjobs.transitions.limiter import START_DELAY
 
 pytestmark = pytest.mark.django_db
 
@@ -93,6 +93,7 @@ def limited_types() -> Iterator[None]:
 _tokens = itertools.count(1)
 #: The database's clock as the tests move it: after every due job's run_at.
 T = time.time() + 100.0
+DELAY = START_DELAY.total_seconds()
 
 
 def token() -> datetime:
@@ -220,17 +221,20 @@ def test_the_rate_window_slides_and_says_when_a_start_frees() -> None:
     finish(second.jobs)
     assert len(first.jobs) + len(second.jobs) == 3
     held = claim([jobs[3].pk], at=T + 0.9)
-    window = 1.0 + RATE_GUARD.total_seconds()
-    assert held.jobs == [] and [h.free_at for h in held.held] == [pytest.approx(T + window)]
-    # Until one window (and its guard) after the first start, it is in the window.
-    assert claim([jobs[3].pk], at=T + window - 0.001).jobs == []
-    assert [job.pk for job in claim([jobs[3].pk], at=T + window).jobs] == [jobs[3].pk]
+    # The first start happened at T + START_DELAY: a start frees one window after it.
+    free = T + DELAY + 1.0
+    assert held.jobs == [] and [h.free_at for h in held.held] == [pytest.approx(free)]
+    assert claim([jobs[3].pk], at=free - DELAY - 0.001).jobs == []
+    (last,) = claim([jobs[3].pk], at=free - DELAY).jobs
+    # Its thread starts it when its start was counted, exactly one window after the first.
+    assert last.limit_start.timestamp() == pytest.approx(free)
 
 
 def test_the_limit_wait_is_kept_on_the_job_and_recorded_on_its_attempt() -> None:
     job = due(Whole.name, ago=2)
     (claimed,) = claim([job.pk], at=job.run_at.timestamp() + 1.5).jobs
     assert claimed.limit_wait == timedelta(seconds=1.5)
+    assert claimed.limit_start is None  # no rate: it starts at once
     finish([claimed])
     assert JobAttempt.objects.get(job=job).limit_wait == timedelta(seconds=1.5)
     plain = delayjobs.schedule("tests.scripted")
@@ -273,7 +277,7 @@ class Model:
 
     def admit(self, key: str, at: float) -> list[int]:
         """What a claim of every waiting job of ``key`` at ``at`` must admit."""
-        window = [s for s in self.starts.get(key, []) if s > at - self.per]
+        window = [s for s in self.starts.get(key, []) if s > at + DELAY - self.per]
         room = min(self.concurrency - len(self.running.get(key, set())), self.rate - len(window))
         order = sorted(self.waiting.get(key, []), key=lambda w: (-w[1], w[2], w[0]))
         return [pk for pk, _priority, _run_at in order[: max(room, 0)]]
@@ -286,7 +290,7 @@ class LimiterMachine(RuleBasedStateMachine):
     def start(self) -> None:
         DelayedJob.objects.all().delete()
         LimitStart.objects.all().delete()
-        self.model = Model(concurrency=2, rate=3, per=1.0 + RATE_GUARD.total_seconds())
+        self.model = Model(concurrency=2, rate=3, per=1.0)
         self.at = T
         self.jobs: dict[int, DelayedJob] = {}
 
@@ -309,7 +313,7 @@ class LimiterMachine(RuleBasedStateMachine):
             w for w in self.model.waiting.get(key, []) if w[0] not in expected
         ]
         self.model.running.setdefault(key, set()).update(expected)
-        self.model.starts.setdefault(key, []).extend([self.at] * len(expected))
+        self.model.starts.setdefault(key, []).extend([self.at + DELAY] * len(expected))
         self.jobs.update({job.pk: job for job in result.jobs})
 
     @precondition(lambda self: any(self.model.running.values()))
@@ -321,7 +325,7 @@ class LimiterMachine(RuleBasedStateMachine):
         for pks in self.model.running.values():
             pks.discard(pk)
 
-    @rule(seconds=st.sampled_from([0.1, 0.3, 0.5, 1.0, RATE_GUARD.total_seconds()]))
+    @rule(seconds=st.sampled_from([0.05, 0.1, 0.3, 0.5, 1.0]))
     def advance(self, seconds: float) -> None:
         self.at += seconds
 
