@@ -44,6 +44,11 @@ from delayjobs.transitions.claims import CLAIM_TOLERANCE, claim, paused_rows
 #: claim's transaction, its commit, a thread taking the job: 10 to 150 ms on a loaded
 #: machine), which would let more than the rate's count begin in some window.
 START_DELAY = timedelta(milliseconds=50)
+#: And a start occupies its window this much longer than the window (at most a tenth of
+#: it): threads woken together begin their jobs some milliseconds apart (the GIL, the
+#: attempt's own steps), up to about 100 ms on a loaded host, which would otherwise let a
+#: start late by that much share a window with the next window's first starts.
+RATE_GUARD = timedelta(milliseconds=100)
 
 
 @dataclass(frozen=True)
@@ -303,8 +308,9 @@ def _admit(
 
 
 def _window(limits: Limits) -> float:
-    """How long a start counts against its key's rate."""
-    return limits.rate.per.total_seconds() if limits.rate is not None else 0.0
+    """How long a start counts against its key's rate: its window, and the guard."""
+    per = limits.rate.per if limits.rate is not None else timedelta(0)
+    return (per + min(RATE_GUARD, per / 10)).total_seconds()
 
 
 def running_counts(keys: list[str], database: str) -> dict[str, int]:

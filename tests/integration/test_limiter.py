@@ -47,7 +47,7 @@ from delayjobs.exceptions import InvalidJob
 from delayjobs.jobtypes import JobType, registry
 from delayjobs.models import DelayedJob, JobAttempt, JobStatus, LimitStart
 from delayjobs.transitions import Outcome, record_outcomes
-from delayjobs.transitions.limiter import START_DELAY
+from delayjobs.transitions.limiter import RATE_GUARD, START_DELAY
 
 pytestmark = pytest.mark.django_db
 
@@ -94,6 +94,8 @@ _tokens = itertools.count(1)
 #: The database's clock as the tests move it: after every due job's run_at.
 T = time.time() + 100.0
 DELAY = START_DELAY.total_seconds()
+#: How long a start of Keyed's rate (1 s) counts: the window and its guard.
+WINDOW = 1.0 + RATE_GUARD.total_seconds()
 
 
 def token() -> datetime:
@@ -222,11 +224,11 @@ def test_the_rate_window_slides_and_says_when_a_start_frees() -> None:
     assert len(first.jobs) + len(second.jobs) == 3
     held = claim([jobs[3].pk], at=T + 0.9)
     # The first start happened at T + START_DELAY: a start frees one window after it.
-    free = T + DELAY + 1.0
+    free = T + DELAY + WINDOW
     assert held.jobs == [] and [h.free_at for h in held.held] == [pytest.approx(free)]
     assert claim([jobs[3].pk], at=free - DELAY - 0.001).jobs == []
     (last,) = claim([jobs[3].pk], at=free - DELAY).jobs
-    # Its thread starts it when its start was counted, exactly one window after the first.
+    # Its thread starts it when its start was counted: one window (and guard) after the first.
     assert last.limit_start.timestamp() == pytest.approx(free)
 
 
@@ -290,7 +292,7 @@ class LimiterMachine(RuleBasedStateMachine):
     def start(self) -> None:
         DelayedJob.objects.all().delete()
         LimitStart.objects.all().delete()
-        self.model = Model(concurrency=2, rate=3, per=1.0)
+        self.model = Model(concurrency=2, rate=3, per=WINDOW)
         self.at = T
         self.jobs: dict[int, DelayedJob] = {}
 
