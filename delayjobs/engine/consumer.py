@@ -61,6 +61,7 @@ from delayjobs.index.handoff import index_due_soon
 from delayjobs.index.store import RedisStore, get_store
 from delayjobs.jobtypes import JobType, registry
 from delayjobs.lanes import lanes, limited_types
+from delayjobs.models import DelayedJob
 
 __all__ = ["EXIT_STUCK", "PREFETCH", "PREFETCH_BUDGET", "Consumer", "default_worker_id"]
 
@@ -140,7 +141,7 @@ class Consumer:
             on_retries=index_due_soon,
             on_idle=self.inflight.wake if burst else _no_wake,
             # Only a consumer of types with fleet-wide limits looks at each outcome for them.
-            on_freed=release_slots if limited_types() else None,
+            on_freed=self._slots_freed if limited_types() else None,
         )
         self.executor_impl = executor_type(
             inflight=self.inflight,
@@ -204,6 +205,12 @@ class Consumer:
             fallback=self.fallback,
             drained=self._drained,
         )
+
+    def _slots_freed(self, jobs: list[DelayedJob]) -> None:
+        """Jobs of limited types ended: wake the jobs their limits held, and this consumer's
+        loop at once (it need not wait to hear of it from Redis, as the others do)."""
+        release_slots(jobs)
+        self.inflight.wake()
 
     @property
     def processed(self) -> int:
