@@ -49,14 +49,6 @@ class Migration(migrations.Migration):
             ),
         ),
         migrations.AddIndex(
-            model_name="delayedjob",
-            index=models.Index(
-                condition=models.Q(("limit_key__isnull", False)),
-                fields=["limit_key", "status"],
-                name="delayjobs_limit_key",
-            ),
-        ),
-        migrations.AddIndex(
             model_name="limitstart",
             index=models.Index(fields=["limit_key", "started"], name="delayjobs_limit_start"),
         ),
