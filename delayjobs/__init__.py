@@ -22,6 +22,7 @@ _EXPORTS = {
     "register": "delayjobs.jobtypes",
     "Every": "delayjobs.recurring.rules",
     "Cron": "delayjobs.recurring.rules",
+    "Rate": "delayjobs.limits",
     "pause_schedule": "delayjobs.recurring.definitions",
     "resume_schedule": "delayjobs.recurring.definitions",
     "DelayJobsError": "delayjobs.exceptions",
@@ -41,6 +42,7 @@ __all__ = [
     "InvalidTransition",
     "JobNotFound",
     "JobType",
+    "Rate",
     "UnknownJobType",
     "__version__",
     "bind",
@@ -66,6 +68,7 @@ if TYPE_CHECKING:
         UnknownJobType,
     )
     from delayjobs.jobtypes import JobType, register
+    from delayjobs.limits import Rate
     from delayjobs.recurring.definitions import pause_schedule, resume_schedule
     from delayjobs.recurring.rules import Cron, Every
 

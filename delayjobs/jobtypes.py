@@ -10,12 +10,19 @@ from __future__ import annotations
 import inspect
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 
 from django.core.exceptions import ImproperlyConfigured
 
 from delayjobs.core.backoff import equal_jitter_backoff
 from delayjobs.exceptions import UnknownJobType
+from delayjobs.limits import (
+    Limits,
+    Rate,
+    global_concurrency_problem,
+    limit_group_problem,
+    rate_limit_problem,
+)
 from delayjobs.names import NAME_RULE, QUEUE_RULE, is_name, is_queue
 from delayjobs.recurring.rules import Cron, Every, Misfire, Recurrence, misfire_problem
 
@@ -61,6 +68,17 @@ class JobType:
     #: The most jobs of this type one consumer process runs at once; ``None``: no limit
     #: but the consumer's own. A flood of a slow type then leaves slots for the others.
     concurrency: ClassVar[int | None] = None
+    #: The most jobs of this type (of its ``limit_group``) running at once across every
+    #: consumer on every host, from claim to recorded outcome; per ``limit_key`` if it
+    #: returns one. ``None``: no fleet-wide limit. Enforced by the database in the claim.
+    global_concurrency: ClassVar[int | None] = None
+    #: ``delayjobs.Rate(N, per=timedelta(...))``: at most N starts in any window of that
+    #: length, fleet-wide (sliding, on the database's clock); per ``limit_key`` if any.
+    rate_limit: ClassVar[Rate | None] = None
+    #: Job types naming the same group share its limits (two types calling one provider);
+    #: every member must declare the same ones (system check delayjobs.E022). ``None``:
+    #: the type's own name.
+    limit_group: ClassVar[str | None] = None
     #: A job that could only start later than this after its ``run_at`` ends ``expired``
     #: instead of running (an SMS an hour late is worse than none). ``None``: no limit.
     #: ``schedule(max_lateness=...)`` overrides it for one job.
@@ -115,6 +133,15 @@ class JobType:
         return equal_jitter_backoff(
             job.attempts, base=self.retry_backoff_base, cap=self.retry_backoff_cap
         )
+
+    def limit_key(self, job: DelayedJob) -> str | None:
+        """The key the type's limits apply to for ``job``: a tenant, an account, a phone
+        number. Each key gets the whole ``global_concurrency`` and ``rate_limit``; keys do
+        not wait for each other. ``None`` (the default): one limit for the whole type.
+
+        Called once, when the job is scheduled (the row keeps the key), from its payload.
+        """
+        return None
 
     def plan(self, start: datetime, end: datetime) -> Iterable[Mapping[str, Any]]:
         """Yield jobs derived from business data that are due in ``[start, end)``.
@@ -207,6 +234,16 @@ def register(cls: JobTypeClass) -> JobTypeClass:
 
 def validate_job_type_class(cls: object) -> None:
     """Refuse a job type whose declaration cannot work, at import time, with the reason."""
+    validate_declaration(cls)
+    job_type = cast("type[JobType]", cls)  # validate_declaration refused anything else
+    problems = limit_problems(job_type)
+    if problems:
+        raise ImproperlyConfigured(f"{_qualified_name(job_type)}.{problems[0]}")
+
+
+def validate_declaration(cls: object) -> None:
+    """Everything ``validate_job_type_class`` checks but the fleet-wide limits (which the
+    system checks report under an id of their own, delayjobs.E021)."""
     if not (isinstance(cls, type) and issubclass(cls, JobType)):
         raise ImproperlyConfigured(f"@delayjobs.register expects a JobType subclass, got {cls!r}.")
     label = _qualified_name(cls)
@@ -226,9 +263,32 @@ def validate_job_type_class(cls: object) -> None:
         _check_duration(cls, "max_lateness", MIN_LATENESS, MAX_LATENESS, none_means="no limit")
 
 
+def limit_problems(cls: type[JobType]) -> list[str]:
+    """What is wrong with a type's declared ``global_concurrency``, ``rate_limit`` and
+    ``limit_group`` (system check delayjobs.E021); [] if nothing."""
+    problems = [
+        global_concurrency_problem(cls.global_concurrency),
+        rate_limit_problem(cls.rate_limit),
+        limit_group_problem(cls.limit_group),
+    ]
+    return [problem for problem in problems if problem]
+
+
+def limits_of(jobtype: JobType) -> Limits | None:
+    """The fleet-wide limits of a type, with its group; None if it declares none, and
+    then its jobs take the claim's usual path, with no work for limits at all."""
+    if jobtype.global_concurrency is None and jobtype.rate_limit is None:
+        return None
+    return Limits(
+        group=jobtype.limit_group or jobtype.name,
+        global_concurrency=jobtype.global_concurrency,
+        rate=jobtype.rate_limit,
+    )
+
+
 #: Methods the consumer calls and uses the value of right away: a coroutine (or an async
 #: generator) from one of them would be truthy, or not a timedelta, and never awaited.
-SYNC_ONLY_METHODS = ("should_run", "retry_delay", "queues_served", "plan")
+SYNC_ONLY_METHODS = ("should_run", "retry_delay", "queues_served", "plan", "limit_key")
 
 
 def _check_callables(cls: type[JobType], label: str) -> None:

@@ -1,7 +1,7 @@
 """Lanes: where a job waits to be due, and the index entries that put it there.
 
 A lane is its queue's own (named as the queue), or ``queue|job_type`` for a job type with
-a concurrency limit of its own (``JobType.concurrency``): such a type gets a sorted set of
+a limit of its own (``JobType.concurrency``, or a fleet-wide one): such a type gets a sorted set of
 its own within each queue, popped only while the type has a free slot, so that a flood of
 it neither takes every slot nor has to be popped and put back over and over. Every other
 job of the queue shares the queue's lane.
@@ -13,7 +13,7 @@ wait (``index_entry``) without knowing Redis, and the Redis key of a lane is the
 
 from __future__ import annotations
 
-from delayjobs.jobtypes import registry
+from delayjobs.jobtypes import JobType, limits_of, registry
 
 #: An entry of the index: (job id, lane, due time as epoch seconds).
 IndexEntry = tuple[int, str, float]
@@ -33,17 +33,28 @@ def split_lane(name: str) -> tuple[str, str | None]:
     return queue, job_type or None
 
 
+def has_own_lane(jobtype: JobType) -> bool:
+    """A type with a limit of its own: per process (``concurrency``) or fleet-wide
+    (``global_concurrency``, ``rate_limit``, claimed by the limited claim)."""
+    return jobtype.concurrency is not None or limits_of(jobtype) is not None
+
+
 def lane(queue: str, job_type: str) -> str:
     """Where a job waits: its queue, or ``queue|job_type`` for a type with its own limit."""
-    if job_type in registry and registry.get(job_type).concurrency is not None:
+    if job_type in registry and has_own_lane(registry.get(job_type)):
         return own_lane(queue, job_type)
     return queue
 
 
 def lanes(queue: str) -> list[str]:
     """Every lane of ``queue``: its own and one per job type with a limit of its own."""
-    limited = sorted(jt.name for jt in registry if jt.concurrency is not None)
+    limited = sorted(jt.name for jt in registry if has_own_lane(jt))
     return [queue, *(own_lane(queue, name) for name in limited)]
+
+
+def limited_types() -> frozenset[str]:
+    """The registered types with fleet-wide limits: only their jobs take the limited claim."""
+    return frozenset(jt.name for jt in registry if limits_of(jt) is not None)
 
 
 def index_entry(job_id: int, queue: str, job_type: str, due: float) -> IndexEntry:

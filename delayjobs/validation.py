@@ -22,8 +22,10 @@ from django.utils import timezone
 from delayjobs.conf import settings as conf
 from delayjobs.core.db import max_length
 from delayjobs.exceptions import InvalidJob
-from delayjobs.jobtypes import MAX_LATENESS, MIN_LATENESS, registry
+from delayjobs.jobtypes import MAX_LATENESS, MIN_LATENESS, limits_of, registry
+from delayjobs.limits import limit_key_problem
 from delayjobs.models import PRIORITY_MAX, PRIORITY_MIN, DelayedJob, jobs_database
+from delayjobs.models.jobs import LIMIT_KEY_MAX_LENGTH
 from delayjobs.names import (
     NAME_MAX_LENGTH,
     NAME_PATTERN,
@@ -102,7 +104,7 @@ class JobSpec:
     object_id: str | None = None
 
     def new_job(self) -> DelayedJob:
-        return DelayedJob.build(
+        job = DelayedJob.build(
             job_type=self.job_type,
             payload=self.payload,
             run_at=self.run_at,
@@ -114,6 +116,8 @@ class JobSpec:
             content_type_id=self.content_type_id,
             object_id=self.object_id,
         )
+        job.limit_key = stored_limit_key(job)
+        return job
 
     def replacement_fields(self) -> dict[str, Any]:
         """What ``replace=True`` changes on the job already holding the key."""
@@ -127,6 +131,7 @@ class JobSpec:
             "priority": self.priority,
             "attempts": 0,
             "last_error": "",
+            "limit_key": self.new_job().limit_key,
             # Without obj=, the job keeps the object it was linked to.
             **(
                 {"content_type_id": self.content_type_id, "object_id": self.object_id}
@@ -134,6 +139,20 @@ class JobSpec:
                 else {}
             ),
         }
+
+
+def stored_limit_key(job: DelayedJob) -> str | None:
+    """The limit key a new job of a limited type is counted under (its group, and what
+    its type's ``limit_key(job)`` returns); None for a type without limits."""
+    jobtype = registry.get(job.job_type)
+    limits = limits_of(jobtype)
+    if limits is None:
+        return None
+    key = jobtype.limit_key(job)
+    problem = limit_key_problem(key, LIMIT_KEY_MAX_LENGTH - len(limits.group) - 1)
+    if problem:
+        raise InvalidJob(f"Job type {jobtype.name!r}: {problem}", field="payload")
+    return limits.stored_key(key)
 
 
 def build_spec(

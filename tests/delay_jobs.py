@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -204,3 +205,11 @@ class AsyncScripted(Scripted):
         if job.attempts in payload.get("fail_attempts", ()):
             raise ScriptedFailure(f"scripted failure of job {job.pk} on attempt {job.attempts}")
         return threading.current_thread().name
+
+
+# Job types with fleet-wide limits, in consumer processes the limits tests start (see
+# tests/limit_jobs.py for why not always).
+if os.environ.get("DELAYJOBS_TEST_LIMITS"):
+    from tests.limit_jobs import register_all
+
+    register_all()

@@ -57,3 +57,17 @@ class Coded(models.Model):
 
     def __str__(self) -> str:
         return self.code
+
+
+class Span(models.Model):
+    """Written by the job types of tests/limit_jobs.py: when a body ran (the host's real
+    clock, which on one host is also the database server's), to check limits exactly."""
+
+    job_id = models.BigIntegerField(db_index=True)
+    attempt = models.PositiveIntegerField()
+    limit_key = models.CharField(max_length=255, blank=True, default="")
+    started = models.FloatField()
+    ended = models.FloatField(null=True)
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} attempt {self.attempt}: {self.started} to {self.ended}"

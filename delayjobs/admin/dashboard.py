@@ -161,6 +161,10 @@ def shown(count: int, estimated: bool) -> int | str:
     return f"≈{round(count, -digits):,}"
 
 
+#: Limit keys the dashboard lists, the busiest first.
+LIMIT_ROWS = 50
+
+
 def dashboard_view(request: HttpRequest, model_admin: ModelAdmin[Any]) -> TemplateResponse:
     """The dashboard page. Wrap it in ``admin_site.admin_view`` (staff login); it also
     needs the view permission on delayed jobs, as their change list does."""
@@ -200,5 +204,7 @@ def dashboard_view(request: HttpRequest, model_admin: ModelAdmin[Any]) -> Templa
         ),
         "live_within": display.format_duration(stats.LIVE_WITHIN),
         "estimated": figures.estimated,
+        "limits": figures.limits[:LIMIT_ROWS],
+        "limits_more": max(len(figures.limits) - LIMIT_ROWS, 0),
     }
     return TemplateResponse(request, TEMPLATE, context)

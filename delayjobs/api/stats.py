@@ -22,6 +22,7 @@ from django.db.models import Count
 from django.db.models.functions import TruncMinute
 from django.utils import timezone
 
+from delayjobs.api.limits import LimitUsage, limit_usage
 from delayjobs.conf import settings
 from delayjobs.models import (
     AttemptOutcome,
@@ -157,6 +158,8 @@ class Stats:
     running_elsewhere: list[RunningJob] = field(default_factory=list)
     #: Statuses whose counts are estimates (the admin dashboard on a large table).
     estimated: tuple[str, ...] = ()
+    #: The fleet-wide limits at work, per group and key (``delayjobs.api.limits``).
+    limits: list[LimitUsage] = field(default_factory=list)
 
     @property
     def paused(self) -> Paused:
@@ -245,6 +248,7 @@ def collect(now: datetime | None = None, *, counts: Callable[[], JobCounts] | No
         consumers=consumers,
         running_elsewhere=running_elsewhere,
         estimated=estimated,
+        limits=limit_usage(now),
     )
 
 

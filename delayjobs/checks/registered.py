@@ -15,6 +15,7 @@ from django.conf import settings as django_settings
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 
+from delayjobs.checks.limits import check_limits
 from delayjobs.checks.redis import check_redis
 from delayjobs.checks.settings import check_window, read_each
 from delayjobs.conf import DEFAULTS, configured
@@ -22,7 +23,7 @@ from delayjobs.jobtypes import (
     JobType,
     code_recurrence_problems,
     registry,
-    validate_job_type_class,
+    validate_declaration,
 )
 
 #: The tag of the checks a consumer runs at start: the settings and the job types it reads.
@@ -67,14 +68,16 @@ def check_settings(
 
 
 @checks.register("delayjobs", CONSUMER_CHECKS)
-def check_job_types(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> list[checks.Error]:
+def check_job_types(
+    app_configs: Sequence[Any] | None = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
     """Every registered job type's declaration, again: ``@register`` refuses a bad one at
     import, but a class attribute changed afterwards (read from a setting, say) must not
     reach a consumer, where an unbounded ``time_to_run`` overflows at the first claim."""
-    messages = []
+    messages: list[checks.CheckMessage] = []
     for jobtype in registry:
         try:
-            validate_job_type_class(type(jobtype))
+            validate_declaration(type(jobtype))
         except ImproperlyConfigured as exc:
             messages.append(
                 checks.Error(
@@ -85,7 +88,7 @@ def check_job_types(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> 
                 )
             )
         messages += check_recurrence(jobtype)
-    return messages
+    return messages + check_limits(registry)
 
 
 def check_recurrence(jobtype: JobType) -> list[checks.Error]:

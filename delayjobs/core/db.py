@@ -246,6 +246,12 @@ def timestamp_array(values: Iterable[datetime | None]) -> str:
     return "{" + ",".join("NULL" if v is None else v.isoformat() for v in values) + "}"
 
 
+def float_array(values: Iterable[float | None]) -> str:
+    """A PostgreSQL array literal of double precision numbers (None is NULL), for
+    ``%s::float8[]``."""
+    return "{" + ",".join("NULL" if v is None else repr(float(v)) for v in values) + "}"
+
+
 def text_array(values: Iterable[str | None]) -> str:
     """A PostgreSQL array literal of text (None is NULL), for ``%s::text[]``: every
     element quoted, its backslashes and double quotes escaped, anything else kept."""

@@ -24,6 +24,7 @@ import importlib.util
 import os
 import time
 from collections.abc import Iterable, Iterator
+from datetime import timedelta
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -81,6 +82,13 @@ if ENABLED:
         "When a consumer last beat (Unix time): a stale one is stuck.",
         multiprocess_mode="livemax",
     )
+    LIMIT_WAIT = Histogram(
+        "delayjobs_limit_wait_seconds",
+        "How long a job of a type with fleet-wide limits was due but held by them before "
+        "its claim admitted it, by job type.",
+        ["job_type"],
+        buckets=LATENESS_BUCKETS,
+    )
     CLOCK_OFFSET = Gauge(
         "delayjobs_clock_offset_seconds",
         "How far a consumer host's clock is behind the database server's (negative: ahead); "
@@ -101,6 +109,17 @@ def job_started(job: DelayedJob, lateness: float) -> None:
         started, lateness_seconds, _ = _of_type(job.job_type)
         started.inc()
         lateness_seconds.observe(max(lateness, 0.0))
+
+
+def limit_wait(job_type: str, wait: timedelta | None) -> None:
+    """A limited claim admitted a job after ``wait`` held (None: not a limited job)."""
+    if ENABLED and wait is not None:
+        _limit_wait(job_type).observe(wait.total_seconds())
+
+
+@functools.cache
+def _limit_wait(job_type: str) -> Any:
+    return LIMIT_WAIT.labels(job_type)
 
 
 def job_finished(job_type: str, outcome: str, duration: float) -> None:
@@ -208,11 +227,49 @@ class BacklogCollector:
             for row in rows:
                 due.add_metric([row["queue"]], row["due"])
                 window.add_metric([row["queue"]], row["window"])
+            limited = _limit_gauges(now)
         finally:
             if self._close_connections:
                 connections.close_all()
         yield due
         yield window
+        yield from limited
+
+
+#: Separates a limit group's name from a key in ``DelayedJob.limit_key`` (as
+#: ``delayjobs.limits.KEY_SEPARATOR``, which this foundation module cannot import).
+_LIMIT_KEY_SEPARATOR = "/"
+
+
+def _limit_gauges(now: Any) -> list[Any]:
+    """Jobs running and jobs due but waiting under fleet-wide limits, by limit group (not
+    by key: a tenant per key would be a series per tenant). One query on the rows with a
+    limit key (a partial index), empty for a project without limits."""
+    from prometheus_client.core import GaugeMetricFamily
+
+    running = GaugeMetricFamily(
+        "delayjobs_limit_running",
+        "Jobs running under a fleet-wide limit (global_concurrency), by limit group.",
+        labels=["limit_group"],
+    )
+    waiting = GaugeMetricFamily(
+        "delayjobs_limit_waiting",
+        "Jobs due but not running under a fleet-wide limit, by limit group.",
+        labels=["limit_group"],
+    )
+    totals: dict[tuple[str, str], int] = collections.Counter()
+    rows = (
+        DelayedJob.objects.filter(limit_key__isnull=False)
+        .filter(Q(status=JobStatus.RUNNING) | Q(status=JobStatus.SCHEDULED, run_at__lte=now))
+        .values_list("limit_key", "status")
+        .annotate(n=Count("pk"))
+        .order_by()
+    )
+    for key, status, n in rows:
+        totals[((key or "").partition(_LIMIT_KEY_SEPARATOR)[0], status)] += n
+    for (group, status), n in sorted(totals.items()):
+        (running if status == JobStatus.RUNNING else waiting).add_metric([group], n)
+    return [running, waiting]
 
 
 def registry() -> Any:

@@ -74,6 +74,9 @@ class Claims:
     executor: Executor
     recorder: Recorder
     pauses: PauseView
+    #: The known job types with fleet-wide limits: their jobs take the limited claim
+    #: (``delayjobs.engine.limited``), every other job the plain one, as before.
+    limited: frozenset[str] = frozenset()
     _last_claim: datetime | None = field(default=None, init=False)
 
     def claim_time(self) -> datetime:
@@ -88,6 +91,21 @@ class Claims:
         """Known job types that may start a job now: not paused, with a free slot."""
         paused = self.pauses.current.job_types
         return self.inflight.open_types([name for name in self.job_types if name not in paused])
+
+    def plain_types(self) -> list[str]:
+        """The open types the plain claim may take: a limited type's row popped from a
+        plain lane (indexed by a process that did not know its limits) is left to its own
+        lane instead (``_reindex_unclaimed`` puts it there)."""
+        open_types = self.open_types()
+        if not self.limited:
+            return open_types
+        return [name for name in open_types if name not in self.limited]
+
+    def limited_types(self) -> list[str]:
+        """The open types with fleet-wide limits."""
+        if not self.limited:
+            return []
+        return [name for name in self.open_types() if name in self.limited]
 
     def start(self, jobs: list[DelayedJob]) -> None:
         """Run claimed jobs: in flight first (their slots), then to the executor."""

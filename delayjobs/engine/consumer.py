@@ -52,6 +52,7 @@ from delayjobs.engine.fetch_database import DatabaseFetcher
 from delayjobs.engine.fetch_redis import RedisFetcher
 from delayjobs.engine.helpers import ERROR_BACKOFF, ErrorState, Heartbeat, Listener
 from delayjobs.engine.inflight import PREFETCH, PREFETCH_BUDGET, InFlight
+from delayjobs.engine.limited import release_slots
 from delayjobs.engine.recorder import Recorder
 from delayjobs.engine.slots import Slots
 from delayjobs.engine.timeouts import EXIT_STUCK, TimeOuts
@@ -59,7 +60,8 @@ from delayjobs.index.client import describe_target
 from delayjobs.index.handoff import index_due_soon
 from delayjobs.index.store import RedisStore, get_store
 from delayjobs.jobtypes import JobType, registry
-from delayjobs.lanes import lanes
+from delayjobs.lanes import lanes, limited_types
+from delayjobs.models import DelayedJob
 
 __all__ = ["EXIT_STUCK", "PREFETCH", "PREFETCH_BUDGET", "Consumer", "default_worker_id"]
 
@@ -136,7 +138,10 @@ class Consumer:
         # Only a burst waits for the recorder (it ends once every outcome is written):
         # otherwise a written batch is no reason to wake the main loop.
         self.recorder = Recorder(
-            on_retries=index_due_soon, on_idle=self.inflight.wake if burst else _no_wake
+            on_retries=index_due_soon,
+            on_idle=self.inflight.wake if burst else _no_wake,
+            # Only a consumer of types with fleet-wide limits looks at each outcome for them.
+            on_freed=self._slots_freed if limited_types() else None,
         )
         self.executor_impl = executor_type(
             inflight=self.inflight,
@@ -159,6 +164,7 @@ class Consumer:
             executor=self.executor_impl,
             recorder=self.recorder,
             pauses=self.pauses,
+            limited=limited_types(),
         )
         # Each queue's lanes (see delayjobs.lanes); which one pops first rotates, so that
         # no queue starves the others.
@@ -199,6 +205,12 @@ class Consumer:
             fallback=self.fallback,
             drained=self._drained,
         )
+
+    def _slots_freed(self, jobs: list[DelayedJob]) -> None:
+        """Jobs of limited types ended: wake the jobs their limits held, and this consumer's
+        loop at once (it need not wait to hear of it from Redis, as the others do)."""
+        release_slots(jobs)
+        self.inflight.wake()
 
     @property
     def processed(self) -> int:

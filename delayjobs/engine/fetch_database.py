@@ -18,6 +18,7 @@ from delayjobs.conf import settings
 from delayjobs.core import clock
 from delayjobs.engine.claimer import Claims
 from delayjobs.engine.execution import LOCKED_RETRY
+from delayjobs.engine.limited import claim_limited
 from delayjobs.jobtypes import JobType
 from delayjobs.models import DelayedJob
 from delayjobs.recurring.ticks import materialise_schedules
@@ -40,9 +41,10 @@ class DatabaseFetcher:
         self._reap_expired_leases(interval)
         self._make_ticks()
         claims = self.claims
-        open_types = claims.open_types()
+        open_types = claims.plain_types()
+        limited_types = claims.limited_types()
         free, open_queues = claims.inflight.open_queues(self.queues, claims.pauses.current)
-        if free > 0 and open_queues and open_types:
+        if free > 0 and open_queues and (open_types or limited_types):
             jobs = transitions.claim_due(
                 queues=open_queues,
                 job_types=open_types,
@@ -54,13 +56,27 @@ class DatabaseFetcher:
                 default_lease=JobType.time_to_run,
             )
             claims.start(jobs)
+            idle = claims.inflight.idle_threads()
+            if limited_types and idle > 0:
+                # Without Redis nothing parks a held job: it is simply asked about again
+                # at the next poll, or when a job of this consumer ends.
+                ids = transitions.due_limited_ids(
+                    queues=open_queues,
+                    job_types=limited_types,
+                    limit=idle,
+                    now=clock.now(),
+                )
+                jobs += claim_limited(claims, ids, park=False)[0]
             if jobs:
                 return 0.0
-        if free <= 0 or not open_queues or not open_types:
+        if free <= 0 or not open_queues or not (open_types or limited_types):
             return interval  # a finishing job wakes us
         # Only what could be claimed: a backlog of a type or queue without a free slot must
-        # not turn this into a poll every LOCKED_RETRY (a finishing job wakes us).
-        claimable = DelayedJob.objects.filter(queue__in=open_queues, job_type__in=open_types)
+        # not turn this into a poll every LOCKED_RETRY (a finishing job wakes us). Jobs held
+        # by a fleet-wide limit are due: they are asked about again every LOCKED_RETRY.
+        claimable = DelayedJob.objects.filter(
+            queue__in=open_queues, job_type__in=open_types + limited_types
+        )
         due = claimable.next_run_at()
         if due is None or due > clock.now():
             if claims.burst and claims.idle():

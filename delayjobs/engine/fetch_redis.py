@@ -19,6 +19,7 @@ from delayjobs.core import clock
 from delayjobs.engine.claimer import Claims
 from delayjobs.engine.execution import LOCKED_RETRY
 from delayjobs.engine.fallback import RedisFallback
+from delayjobs.engine.limited import claim_limited
 from delayjobs.index.handoff import index_due_soon
 from delayjobs.index.store import RedisStore
 from delayjobs.jobtypes import JobType
@@ -92,17 +93,22 @@ class RedisFetcher:
         first = self._rotation
         self._rotation = (self._rotation + 1) % len(self.lanes)
         budget = self.claims.inflight.budget()
+        limited_taken = 0
         try:
             for name in self.lanes[first:] + self.lanes[:first]:
                 queue, job_type = split_lane(name)
                 if self.claims.pauses.current.covers(queue, job_type):
                     continue
                 wanted = budget.room(queue, job_type)
+                if job_type in claims.limited:
+                    wanted = min(wanted, claims.inflight.idle_threads() - limited_taken)
                 if wanted <= 0:
                     continue
                 taken, more_due = self.store.pop_due(name, now, wanted)
                 backlog = backlog or more_due
                 budget.spend(queue, job_type, len(taken))
+                if job_type in claims.limited:
+                    limited_taken += len(taken)
                 for pk, score in taken:
                     popped[pk] = (name, score)
                 if budget.free <= 0:
@@ -118,19 +124,23 @@ class RedisFetcher:
         self.backlog = backlog
         if not popped:
             return 0
+        limited = self._limited_ids(popped)
+        plain = [pk for pk in popped if pk not in limited] if limited else list(popped)
+        jobs: list[DelayedJob] = []
         try:
             # Types without a free slot are not claimed. Their jobs are in their own lanes,
             # not popped; one found in the queue's lane (indexed by a process that did not
             # know the type's limit yet) is put back, into its lane, by _reindex_unclaimed.
-            jobs = transitions.claim(
-                list(popped),
-                worker_id=claims.worker_id,
-                now=claims.claim_time(),
-                job_types=claims.open_types(),
-                leases=claims.leases,
-                default_lease=JobType.time_to_run,
-                ahead=claims.ahead,
-            )
+            if plain:
+                jobs = transitions.claim(
+                    plain,
+                    worker_id=claims.worker_id,
+                    now=claims.claim_time(),
+                    job_types=claims.plain_types(),
+                    leases=claims.leases,
+                    default_lease=JobType.time_to_run,
+                    ahead=claims.ahead,
+                )
         except Exception:
             # The ids left Redis but no row was claimed: put them back, or they would wait
             # for the next pre-loader pass.
@@ -139,13 +149,40 @@ class RedisFetcher:
         # Claimed rows run before anything else can fail: a claimed job left unstarted
         # would only come back after its lease, with an attempt spent.
         claims.start(jobs)
-        if len(jobs) < len(popped):
+        won = len(jobs)
+        if len(jobs) < len(plain):
             claimed = {job.pk for job in jobs}
             try:
-                self._reindex_unclaimed([pk for pk in popped if pk not in claimed])
+                self._reindex_unclaimed([pk for pk in plain if pk not in claimed])
+            except DatabaseError:
+                logger.warning("Could not re-index unclaimed jobs; the pre-loader will.")
+        if limited:
+            won += self._claim_limited(limited, popped)
+        return won
+
+    def _claim_limited(self, limited: list[int], popped: dict[int, tuple[str, float]]) -> int:
+        """The limited lanes' ids: what the limits hold is parked in Redis (by
+        claim_limited); the rest not claimed is re-indexed, as from a plain lane."""
+        try:
+            jobs, held = claim_limited(self.claims, limited, park=True)
+        except Exception:
+            self._put_back({pk: popped[pk] for pk in limited})
+            raise
+        claimed = {job.pk for job in jobs}
+        left = [pk for pk in limited if pk not in claimed and pk not in held]
+        if left:
+            try:
+                self._reindex_unclaimed(left)
             except DatabaseError:
                 logger.warning("Could not re-index unclaimed jobs; the pre-loader will.")
         return len(jobs)
+
+    def _limited_ids(self, popped: dict[int, tuple[str, float]]) -> list[int]:
+        """The ids popped from the lanes of types with fleet-wide limits."""
+        limited = self.claims.limited
+        if not limited:
+            return []
+        return [pk for pk, (name, _score) in popped.items() if split_lane(name)[1] in limited]
 
     def _put_back(self, popped: dict[int, tuple[str, float]]) -> None:
         """Return popped ids to their lanes, best effort: if Redis refuses even that, the

@@ -125,6 +125,15 @@ class InFlight:
         waiting = self.slots.used - self._busy
         return max(min(self.slots.free(), idle * self.prefetch() - waiting), 0)
 
+    def idle_threads(self) -> int:
+        """Threads that would start a job claimed now at once: idle, less the jobs already
+        claimed and waiting for one. Jobs under a fleet-wide limit are claimed only for
+        these, never prefetched: a start is counted when it is admitted, so a job that
+        waited here for a thread would start later than its limit counted it."""
+        with self._cond:
+            # Busy threads hold a slot each, and so do the jobs waiting for a thread.
+            return max(self.concurrency - self.slots.used, 0)
+
     def prefetch(self) -> int:
         """Jobs per idle thread: as many as fit PREFETCH_BUDGET by the average execution
         time, from 1 (nothing known yet, or slow jobs) to PREFETCH."""

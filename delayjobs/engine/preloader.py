@@ -33,7 +33,7 @@ from delayjobs.jobtypes import JobType, registry
 from delayjobs.models import DelayedJob, JobStatus
 from delayjobs.pauses import paused
 from delayjobs.recurring.ticks import materialise_schedules
-from delayjobs.transitions import reap_expired_leases
+from delayjobs.transitions import prune_starts, reap_expired_leases
 
 logger = logging.getLogger("delayjobs.preloader")  # the old path: users' LOGGING names it
 
@@ -77,6 +77,7 @@ def _pass(store: RedisStore, now: datetime) -> PassResult:
     horizon = now + settings.PRELOAD_WINDOW
     rescheduled = reap_expired_leases(now)
     result.reaped = len(rescheduled)
+    prune_starts()
     for jobtype in registry:
         result.planned += _plan(jobtype, now, horizon, result.errors)
     try:

@@ -34,12 +34,16 @@ class Recorder:
         *,
         on_retries: Callable[[list[IndexEntry]], None],
         on_idle: Callable[[], None],
+        on_freed: Callable[[list[DelayedJob]], None] | None = None,
         max_batch: int = 500,
     ) -> None:
         # (outcome, whether to log its line); None asks the thread to stop.
         self._queue: queue.SimpleQueue[tuple[Outcome, bool] | None] = queue.SimpleQueue()
         self._on_retries = on_retries
         self._on_idle = on_idle
+        # Jobs of types with fleet-wide limits whose outcomes are written: their slots are
+        # free, and the jobs their limits held are to be woken (delayjobs.engine.limited).
+        self._on_freed = on_freed
         self._max_batch = max_batch
         self._pending = 0
         # The jobs whose outcomes wait to be written, by the outcome: their consumer keeps
@@ -108,6 +112,10 @@ class Recorder:
     def _write(self, batch: list[Outcome], stopping: bool) -> None:
         try:
             retries = self._record(batch, stopping)
+            if self._on_freed is not None:
+                freed = [outcome.job for outcome in batch if outcome.job.limit_key is not None]
+                if freed:
+                    self._on_freed(freed)
             if retries:
                 self._on_retries(retries)
         except Exception:  # this thread must outlive anything one batch can throw

@@ -17,7 +17,14 @@ from __future__ import annotations
 from delayjobs.conf import settings
 from delayjobs.lanes import split_lane
 
-__all__ = ["control_channel", "due_key", "preload_lock_key", "wake_channel"]
+__all__ = [
+    "control_channel",
+    "due_key",
+    "held_key",
+    "preload_lock_key",
+    "released_key",
+    "wake_channel",
+]
 
 
 def _prefix() -> str:
@@ -29,6 +36,20 @@ def due_key(lane_name: str) -> str:
     queue, job_type = split_lane(lane_name)
     key = f"{_prefix()}:{{{queue}}}:due"
     return key if job_type is None else f"{key}:{job_type}"
+
+
+def held_key(lane_name: str, limit_key: str) -> str:
+    """The sorted set of a lane's jobs held by their fleet-wide limit under ``limit_key``,
+    until a slot of that key frees (in the lane's slot: one script moves them back)."""
+    queue, _job_type = split_lane(lane_name)
+    return f"{_prefix()}:{{{queue}}}:held:{limit_key}"
+
+
+def released_key(lane_name: str, limit_key: str) -> str:
+    """When a slot of ``limit_key`` last freed (epoch seconds, database clock), for the
+    jobs held a moment before it that would otherwise miss their wake-up."""
+    queue, _job_type = split_lane(lane_name)
+    return f"{_prefix()}:{{{queue}}}:released:{limit_key}"
 
 
 def wake_channel(lane_name: str) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import functools
 import os
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib.contenttypes.fields import GenericForeignKey
@@ -18,6 +18,9 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from delayjobs.names import NAME_MAX_LENGTH, QUEUE_MAX_LENGTH
+
+#: The longest stored limit key (group, "/", key); ``delayjobs.limits`` refuses longer.
+LIMIT_KEY_MAX_LENGTH = 255
 
 
 class JobStatus(models.TextChoices):
@@ -156,6 +159,16 @@ class DelayedJob(models.Model):
     )
     finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
     trace_id = models.CharField(_("trace id"), max_length=64, default=new_trace_id)
+    # The fleet-wide limit the job counts against (its type's limit group, and the key its
+    # limit_key() returned), written when it is scheduled; NULL for a type without limits,
+    # whose claim then does no work for limits (delayjobs.transitions.limiter).
+    limit_key = models.CharField(  # noqa: DJ001
+        _("limit key"),
+        max_length=LIMIT_KEY_MAX_LENGTH,
+        null=True,
+        blank=True,
+        help_text=_("The fleet-wide limit this job counts against: its group, and its key."),
+    )
     # The domain object the job is about (schedule(..., obj=instance)), if any: shown on
     # that object's admin page. A generic relation, so any model can have jobs; the
     # object may be deleted later, and its jobs' history stays.
@@ -173,6 +186,14 @@ class DelayedJob(models.Model):
     obj = GenericForeignKey("content_type", "object_id")
 
     objects = WriteDatabaseManager.from_queryset(DelayedJobQuerySet)()
+
+    #: Not a column: how long the claim found this job due but held by its fleet-wide limit
+    #: (set by the limited claim; None for a type without limits). The attempt row records
+    #: it (``JobAttempt.limit_wait``); tracing may read it from the job in flight.
+    limit_wait: timedelta | None = None
+    #: Not a column: when the limited claim counted this job's start under a rate; its
+    #: thread starts it then, not before (None: at its run_at, as any job).
+    limit_start: datetime | None = None
 
     class Meta:
         verbose_name = _("delayed job")
@@ -228,6 +249,13 @@ class DelayedJob(models.Model):
             # queue), and by status; without them each page sorts the whole table.
             models.Index(fields=["run_at", "id"], name="delayjobs_run_at"),
             models.Index(fields=["status", "run_at", "id"], name="delayjobs_status_run_at"),
+            # The limited claim counts a key's running jobs, and the admin its waiting ones:
+            # only rows with a limit are in it, so types without limits pay nothing for it.
+            models.Index(
+                fields=["limit_key", "status"],
+                condition=Q(limit_key__isnull=False),
+                name="delayjobs_limit_key",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -300,6 +328,15 @@ class JobAttempt(models.Model):
     lateness = models.DurationField(
         _("lateness"), help_text=_("Start of this attempt minus the job's run_at.")
     )
+    limit_wait = models.DurationField(
+        _("limit wait"),
+        null=True,
+        blank=True,
+        help_text=_(
+            "How long the job was due but held by its type's fleet-wide limit before this "
+            "attempt was admitted (part of the lateness). Empty: the type has no limit."
+        ),
+    )
 
     objects = WriteDatabaseManager()
 
@@ -324,3 +361,23 @@ class JobAttempt(models.Model):
 
     def __str__(self) -> str:
         return f"attempt {self.number} of job {self.job_id}: {self.outcome}"
+
+
+class LimitStart(models.Model):
+    """One start of a job under a rate limit: the limited claim counts a key's starts in
+    the window, on the database's clock, and prunes those that left it."""
+
+    limit_key = models.CharField(_("limit key"), max_length=LIMIT_KEY_MAX_LENGTH)
+    #: Seconds since the epoch on the database server's clock, as the claim read it: a
+    #: number, so every database compares it the same way, at microsecond precision.
+    started = models.FloatField(_("started"))
+
+    objects = WriteDatabaseManager()
+
+    class Meta:
+        verbose_name = _("limit start")
+        verbose_name_plural = _("limit starts")
+        indexes = [models.Index(fields=["limit_key", "started"], name="delayjobs_limit_start")]
+
+    def __str__(self) -> str:
+        return f"{self.limit_key} at {self.started}"

@@ -14,18 +14,30 @@ from delayjobs.transitions.leases import (
     still_claimed,
     take_over,
 )
+from delayjobs.transitions.limiter import (
+    Held,
+    LimitedClaim,
+    claim_limited,
+    due_limited_ids,
+    prune_starts,
+)
 from delayjobs.transitions.outcomes import Outcome, record_outcome_if_held, record_outcomes
 
 __all__ = [
     "CLAIM_TOLERANCE",
     "Candidate",
+    "Held",
+    "LimitedClaim",
     "Outcome",
     "cancel",
     "claim",
     "claim_due",
+    "claim_limited",
+    "due_limited_ids",
     "give_back",
     "lease_start",
     "move",
+    "prune_starts",
     "reap_expired_leases",
     "record_outcome_if_held",
     "record_outcomes",

@@ -195,7 +195,7 @@ def _claim_with_update(
     """
     due = DelayedJob.objects.filter(
         pk__in=ids, status=JobStatus.SCHEDULED, run_at__lte=cutoff, job_type__in=job_types
-    ).exclude(_paused())
+    ).exclude(paused_rows())
     changes = {
         "status": JobStatus.RUNNING,
         "attempts": F("attempts") + 1,
@@ -295,7 +295,7 @@ def _claim_chosen(
     )
 
 
-def _paused() -> Exists:
+def paused_rows() -> Exists:
     """The row's queue or job type is paused: checked by the claim itself, so that no
     consumer claims paused work, whatever its in-memory view of the pauses."""
     return Exists(

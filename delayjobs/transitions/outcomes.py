@@ -12,7 +12,7 @@ import functools
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 from django.db import connections, transaction
@@ -20,6 +20,7 @@ from django.db import connections, transaction
 from delayjobs.core import clock
 from delayjobs.core.db import (
     column,
+    float_array,
     int_array,
     on_psycopg3_postgresql,
     server_bound_cursor,
@@ -142,6 +143,7 @@ class _Row(NamedTuple):
     traceback: str
     ended_at: datetime
     run_at: datetime  # the job's run_at as claimed: lateness = started_at - run_at
+    limit_wait: float | None  # seconds held by a fleet-wide limit (None: no limit)
 
 
 def _rows(outcomes: Sequence[Outcome], recorded_at: datetime) -> list[_Row]:
@@ -177,6 +179,7 @@ def _rows(outcomes: Sequence[Outcome], recorded_at: datetime) -> list[_Row]:
                 outcome.traceback,
                 outcome.finished_at,
                 job.run_at,
+                None if job.limit_wait is None else job.limit_wait.total_seconds(),
             )
         )
     return rows
@@ -218,6 +221,7 @@ _ARRAYS: tuple[tuple[Callable[[Any], str], str], ...] = (
     (text_array, "text[]"),  # traceback
     (timestamp_array, "timestamptz[]"),  # ended_at
     (timestamp_array, "timestamptz[]"),  # run_at
+    (float_array, "float8[]"),  # limit_wait
 )
 
 
@@ -251,10 +255,11 @@ def _compiled_postgresql_statement(using: str, vendor: str) -> str:
             INSERT INTO {quote(JobAttempt._meta.db_table)} (
                 {attempt("job")}, {attempt("number")}, {attempt("worker_id")},
                 {attempt("started_at")}, {attempt("finished_at")}, {attempt("outcome")},
-                {attempt("error")}, {attempt("traceback")}, {attempt("lateness")}
+                {attempt("error")}, {attempt("traceback")}, {attempt("lateness")},
+                {attempt("limit_wait")}
             )
             SELECT id, attempt, worker_id, started_at, ended_at, outcome, error, traceback,
-                started_at - run_at
+                started_at - run_at, make_interval(secs => limit_wait)
             FROM d
         )
         UPDATE {quote(DelayedJob._meta.db_table)} AS j SET
@@ -341,6 +346,7 @@ class _Values:
             row.error,
             row.traceback,
             self._duration(row.started_at - row.run_at),
+            None if row.limit_wait is None else self._duration(timedelta(seconds=row.limit_wait)),
         ]
 
 
@@ -385,10 +391,11 @@ def _portable_statements(using: str, vendor: str) -> tuple[str, str, str]:
             "error",
             "traceback",
             "lateness",
+            "limit_wait",
         )
     )
     insert = (
         f"INSERT INTO {quote(JobAttempt._meta.db_table)} ({columns})"
-        f" VALUES ({', '.join(['%s'] * 9)})"
+        f" VALUES ({', '.join(['%s'] * 10)})"
     )
     return end, retry, insert

@@ -272,7 +272,8 @@ def test_the_grafana_dashboard_queries_only_metrics_delayjobs_exports() -> None:
     collectors = [
         *(metrics.SCHEDULED, metrics.STARTED, metrics.FINISHED, metrics.LATENESS),
         *(metrics.DURATION, metrics.IN_FLIGHT, metrics.PRELOAD_PASS, metrics.CONSUMERS),
-        *(metrics.HEARTBEAT, metrics.CLOCK_OFFSET, metrics.BacklogCollector()),
+        *(metrics.HEARTBEAT, metrics.CLOCK_OFFSET, metrics.LIMIT_WAIT),
+        metrics.BacklogCollector(),
     ]
     exported = {family.name for collector in collectors for family in collector.collect()}
     assert queried <= exported, queried - exported

@@ -17,6 +17,7 @@ from django.utils.dateparse import parse_datetime
 
 from delayjobs import transitions
 from delayjobs.engine.execution import run_claimed, signal_outcome, time_to_run_of
+from delayjobs.engine.limited import release_slots
 from delayjobs.index.handoff import index_due_soon
 from delayjobs.jobtypes import registry
 from delayjobs.models import DelayedJob
@@ -160,6 +161,9 @@ def _record(outcome: Outcome) -> bool:
     if retries is None:
         return False
     index_due_soon(retries)
+    # A slot of its fleet-wide limit freed: wake the jobs it held, as a consumer's
+    # recorder does.
+    release_slots([outcome.job])
     return True
 
 

@@ -16,7 +16,8 @@ from delayjobs.models import JobStatus
 class Command(BaseCommand):
     help = (
         "Show jobs by status and job type, paused queues and job types, the oldest overdue "
-        "job, jobs due in the next hour, recent failures, lateness and live consumers. "
+        "job, jobs due in the next hour, recent failures, lateness, live consumers and the "
+        "fleet-wide limits at work. "
         "--json prints the same figures as one JSON document."
     )
 
@@ -110,10 +111,29 @@ def report(figures: stats.Stats) -> Iterator[str]:
         )
         for job in consumer.running:
             yield f"    #{job.id} {job.job_type} since {at(job.started_at)}"
+    yield from _limits(figures)
     if figures.running_elsewhere:
         yield "Running jobs of workers without a live heartbeat:"
         for job in figures.running_elsewhere:
             yield f"  #{job.id} {job.job_type} on {job.worker_id or '-'}"
+
+
+#: Limit keys listed by the status; the busiest first.
+LIMIT_ROWS = 50
+
+
+def _limits(figures: stats.Stats) -> Iterator[str]:
+    """The fleet-wide limits at work: per group and key, running / allowed, the starts in
+    the rate's window / allowed, and the jobs due but waiting."""
+    if not figures.limits:
+        return
+    yield f"Fleet-wide limits ({len(figures.limits)} key(s) busy):"
+    rows = []
+    for usage in figures.limits[:LIMIT_ROWS]:
+        rows.append([usage.label, usage.shown_running, usage.shown_starts, str(usage.waiting)])
+    yield from _table(["limit key", "running", "starts in window", "waiting"], rows)
+    if len(figures.limits) > LIMIT_ROWS:
+        yield f"  ... and {len(figures.limits) - LIMIT_ROWS} more"
 
 
 def _table(header: list[str], rows: list[list[str]]) -> Iterator[str]:

@@ -1,0 +1,422 @@
+"""The limited claim: ``scheduled -> running`` for jobs of types with fleet-wide limits,
+admitting only what their ``global_concurrency`` and ``rate_limit`` leave room for.
+
+The database decides, in the claim's transaction, so that Redis being down, flushed or
+failed over, and consumers on skewed clocks, change nothing (invariant 10 of
+docs/explanation/design.md):
+
+- The claims of one limit key are serialized: on PostgreSQL by a transaction-scoped
+  advisory lock per key, taken in one order (no deadlock between consumers); on SQLite by
+  its single writer (the transaction writes first).
+- Slots in use are the key's rows in ``running``: a row leaves it when its outcome is
+  recorded, or when its lease expires and the reaper gives it back, so a consumer that
+  died frees its slots with no operator action.
+- Starts in the window are ``LimitStart`` rows stamped with the database server's clock
+  (read after the locks, so their order is the order of the claims), pruned as the window
+  slides past them.
+- Candidates of a key are admitted by priority, then ``run_at``, then id, as many as fit;
+  the others are left ``scheduled`` and unchanged (held), with what frees them.
+
+Types without limits never come here: their claim is ``claims.claim`` as it always was.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from django.db import connections, transaction
+from django.db.models import Count, F, Window
+from django.db.models.functions import RowNumber
+
+from delayjobs.core import clock
+from delayjobs.core.db import text_array
+from delayjobs.jobtypes import limits_of, registry
+from delayjobs.limits import Limits
+from delayjobs.models import DelayedJob, JobStatus, LimitStart, jobs_database
+from delayjobs.transitions.claims import CLAIM_TOLERANCE, claim, paused_rows
+
+#: A job admitted by a rate starts this long after its claim decided, at that very moment
+#: (its thread waits for it, as for a run_at): the start the window counts is then the
+#: start that happens, not one followed by a hand-off of varying length (the rest of the
+#: claim's transaction, its commit, a thread taking the job: 10 to 150 ms on a loaded
+#: machine), which would let more than the rate's count begin in some window.
+START_DELAY = timedelta(milliseconds=50)
+#: And a start occupies its window this much longer than the window (at most a tenth of
+#: it): threads woken together begin their jobs some milliseconds apart (the GIL, the
+#: attempt's own steps), up to about 100 ms on a loaded host, which would otherwise let a
+#: start late by that much share a window with the next window's first starts.
+RATE_GUARD = timedelta(milliseconds=100)
+
+
+@dataclass(frozen=True)
+class Held:
+    """A due job its limit did not admit: left ``scheduled``, unchanged."""
+
+    pk: int
+    queue: str
+    job_type: str
+    limit_key: str
+    priority: int
+    run_at: datetime
+    #: Epoch seconds (database clock) when the rate window frees a start for its key, if
+    #: the rate is what holds it; None if it waits for a slot (a running job to end).
+    free_at: float | None
+
+
+@dataclass
+class LimitedClaim:
+    """What a limited claim won, and what it held."""
+
+    jobs: list[DelayedJob] = field(default_factory=list)
+    held: list[Held] = field(default_factory=list)
+    #: The database clock the claim decided by (epoch seconds).
+    at: float = 0.0
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    pk: int
+    queue: str
+    job_type: str
+    limit_key: str
+    priority: int
+    run_at: datetime
+    expired: bool
+    #: Scheduled before its type had limits: the claim writes the key it is counted under.
+    keyless: bool
+
+
+def claim_limited(
+    ids: Sequence[int],
+    *,
+    worker_id: str,
+    now: datetime,
+    job_types: Sequence[str],
+    leases: Mapping[str, timedelta],
+    default_lease: timedelta,
+    ahead: timedelta = timedelta(0),
+    at: float | None = None,
+) -> LimitedClaim:
+    """Claim, among ``ids``, the due rows of limited ``job_types`` their limits admit.
+
+    ``now`` is the claim's token and ``ahead`` how early a job may be claimed, as for
+    ``claim``. A job claimed ahead holds its slot from the claim, and its start counts at
+    its ``run_at`` (when its thread starts it). ``at`` replaces the database clock (epoch
+    seconds) for tests that move time themselves; None reads the server's.
+    """
+    limits = {name: lim for name in job_types if (lim := limits_by_type(name)) is not None}
+    if not ids or not limits:
+        return LimitedClaim()
+    database = jobs_database()
+    with transaction.atomic(using=database):
+        connection = connections[database]
+        postgresql = connection.vendor == "postgresql"
+        if not postgresql:
+            # SQLite: write first, so that this transaction holds the database's write lock
+            # from here on (claims of every key serialized), never upgrading a read lock.
+            _touch_starts(database)
+        candidates = _candidates(ids, now + ahead + CLAIM_TOLERANCE, limits, database, postgresql)
+        if not candidates:
+            return LimitedClaim()
+        keys = sorted({c.limit_key for c in candidates})
+        moment = _lock_keys(keys, database) if postgresql else _database_epoch(database)
+        if at is not None:
+            moment = at
+        result = LimitedClaim(at=moment)
+        admitted = _admit(candidates, limits, moment, database, result)
+        if not admitted:
+            return result
+        _store_missing_keys(admitted, database)
+        jobs = claim(
+            [c.pk for c, _start in admitted],
+            worker_id=worker_id,
+            now=now,
+            job_types=list(limits),
+            leases=leases,
+            default_lease=default_lease,
+            ahead=ahead,
+        )
+        starts = {c.pk: start for c, start in admitted}
+        for job in jobs:
+            start = starts[job.pk]
+            job.limit_wait = timedelta(seconds=max(0.0, start - job.run_at.timestamp()))
+            if limits[job.job_type].rate is not None:
+                job.limit_start = datetime.fromtimestamp(start, UTC)
+        won = {job.pk for job in jobs}
+        _record_starts(
+            [(c, start) for c, start in admitted if c.pk in won and not c.expired], limits, database
+        )
+        result.jobs = jobs
+        return result
+
+
+def limits_by_type(job_type: str) -> Limits | None:
+    """The limits of a registered type (None if unknown or unlimited)."""
+    if job_type not in registry:
+        return None
+    return limits_of(registry.get(job_type))
+
+
+def _candidates(
+    ids: Sequence[int],
+    cutoff: datetime,
+    limits: Mapping[str, Limits],
+    database: str,
+    postgresql: bool,
+) -> list[_Candidate]:
+    """The due, claimable rows among ``ids``, locked on PostgreSQL (others skipped)."""
+    rows = (
+        DelayedJob.objects.using(database)
+        .filter(
+            pk__in=list(ids),
+            status=JobStatus.SCHEDULED,
+            run_at__lte=cutoff,
+            job_type__in=list(limits),
+        )
+        .exclude(paused_rows())
+        .order_by("-priority", "run_at", "pk")
+    )
+    if postgresql:
+        rows = rows.select_for_update(skip_locked=True, of=("self",))
+    found = list(
+        rows.values_list(
+            "pk", "queue", "job_type", "limit_key", "priority", "run_at", "max_lateness"
+        )
+    )
+    now = clock.now()
+    candidates = []
+    for pk, queue, job_type, limit_key, priority, run_at, max_lateness in found:
+        jobtype = registry.get(job_type)
+        lateness = max_lateness if max_lateness is not None else jobtype.max_lateness
+        candidates.append(
+            _Candidate(
+                pk,
+                queue,
+                job_type,
+                # A row scheduled before its type had limits counts against the whole type.
+                limit_key or limits[job_type].stored_key(None),
+                priority,
+                run_at,
+                lateness is not None and now - run_at > lateness,
+                limit_key is None,
+            )
+        )
+    return candidates
+
+
+def _lock_keys(keys: list[str], database: str) -> float:
+    """Take every key's advisory lock, in one order for every consumer; then the clock.
+
+    Locks are taken in the order of their hashes (two keys with one hash share a lock,
+    which only serializes them more), so two consumers never wait for each other in a
+    cycle. The clock is read after them: a later claim of a key reads a later time.
+    """
+    with connections[database].cursor() as cursor:
+        # One round trip: the clock is projected after the aggregate took every lock.
+        cursor.execute(
+            "SELECT count(pg_advisory_xact_lock(h)), extract(epoch FROM clock_timestamp())"
+            "::float8 FROM ("
+            "  SELECT DISTINCT hashtext(k) AS h FROM unnest(%s::text[]) AS k ORDER BY h"
+            ") AS locks",
+            [text_array(keys)],
+        )
+        return float(cursor.fetchone()[1])
+
+
+def _database_epoch(database: str) -> float:
+    """The database server's clock, as epoch seconds (SQLite: its own, to the ms)."""
+    sql = (
+        "SELECT extract(epoch FROM clock_timestamp())::float8"
+        if connections[database].vendor == "postgresql"
+        else "SELECT (julianday('now') - 2440587.5) * 86400.0"
+    )
+    with connections[database].cursor() as cursor:
+        cursor.execute(sql)
+        return float(cursor.fetchone()[0])
+
+
+def _touch_starts(database: str) -> None:
+    table = connections[database].ops.quote_name(LimitStart._meta.db_table)
+    with connections[database].cursor() as cursor:
+        cursor.execute(f"DELETE FROM {table} WHERE 1 = 0")
+
+
+def _admit(
+    candidates: list[_Candidate],
+    limits: Mapping[str, Limits],
+    moment: float,
+    database: str,
+    result: LimitedClaim,
+) -> list[tuple[_Candidate, float]]:
+    """Which candidates fit, with the start each counts at; the others go to ``held``."""
+    by_key: dict[str, list[_Candidate]] = defaultdict(list)
+    for candidate in candidates:
+        by_key[candidate.limit_key].append(candidate)
+    limits_of_key = {key: limits[group[0].job_type] for key, group in by_key.items()}
+    running = running_counts(list(by_key), database)
+    # A start is counted from when it happens: the new ones at moment + START_DELAY at the
+    # earliest, so any start after that less one window shares a window with them.
+    since = {
+        key: moment + START_DELAY.total_seconds() - _window(lim)
+        for key, lim in limits_of_key.items()
+        if lim.rate is not None
+    }
+    windows = window_starts(since, database)
+    admitted: list[tuple[_Candidate, float]] = []
+    for key, group in by_key.items():
+        lim = limits_of_key[key]
+        slots = (
+            lim.global_concurrency - running.get(key, 0)
+            if lim.global_concurrency is not None
+            else len(group)
+        )
+        starts = windows.get(key, [])
+        tokens = lim.rate.count - len(starts) if lim.rate is not None else len(group)
+        delay = START_DELAY.total_seconds() if lim.rate is not None else 0.0
+        for candidate in group:  # by priority, then run_at (the query's order)
+            start = max(moment + delay, candidate.run_at.timestamp())
+            if candidate.expired and slots > 0:
+                # Past its max_lateness: claimed only to be recorded expired; it takes a
+                # slot until then, but no start, as it never runs.
+                admitted.append((candidate, start))
+                slots -= 1
+            elif slots > 0 and tokens > 0:
+                admitted.append((candidate, start))
+                slots -= 1
+                tokens -= 1
+            else:
+                free_at = None
+                if slots > 0 and lim.rate is not None:
+                    # The rate holds it: a start frees when the oldest leaves the window.
+                    oldest = starts[0] if starts else moment
+                    free_at = oldest + _window(lim)
+                result.held.append(
+                    Held(
+                        candidate.pk,
+                        candidate.queue,
+                        candidate.job_type,
+                        key,
+                        candidate.priority,
+                        candidate.run_at,
+                        free_at,
+                    )
+                )
+    return admitted
+
+
+def _window(limits: Limits) -> float:
+    """How long a start counts against its key's rate: its window, and the guard."""
+    per = limits.rate.per if limits.rate is not None else timedelta(0)
+    return (per + min(RATE_GUARD, per / 10)).total_seconds()
+
+
+def running_counts(keys: list[str], database: str) -> dict[str, int]:
+    """Slots in use per limit key: its rows in ``running``."""
+    if not keys:
+        return {}
+    rows = (
+        DelayedJob.objects.using(database)
+        .filter(limit_key__in=keys, status=JobStatus.RUNNING)
+        .values_list("limit_key")
+        .order_by()
+    )
+    return {key: n for key, n in rows.annotate(n=Count("pk")).values_list("limit_key", "n") if key}
+
+
+def window_starts(since: Mapping[str, float], database: str) -> dict[str, list[float]]:
+    """The starts after ``since[key]`` of each key, oldest first."""
+    if not since:
+        return {}
+    starts: dict[str, list[float]] = defaultdict(list)
+    by_since: dict[float, list[str]] = defaultdict(list)
+    for key, moment in since.items():
+        by_since[moment].append(key)
+    for moment, keys in by_since.items():
+        for key, started in (
+            LimitStart.objects.using(database)
+            .filter(limit_key__in=keys, started__gt=moment)
+            .order_by("started")
+            .values_list("limit_key", "started")
+        ):
+            starts[key].append(started)
+    return dict(starts)
+
+
+def _store_missing_keys(admitted: list[tuple[_Candidate, float]], database: str) -> None:
+    """Rows scheduled before their type had limits get the key they are counted under, so
+    that they count while they run."""
+    by_key: dict[str, list[int]] = defaultdict(list)
+    for candidate, _start in admitted:
+        if candidate.keyless:
+            by_key[candidate.limit_key].append(candidate.pk)
+    for key, pks in by_key.items():
+        DelayedJob.objects.using(database).filter(pk__in=pks, limit_key__isnull=True).update(
+            limit_key=key
+        )
+
+
+def _record_starts(
+    admitted: list[tuple[_Candidate, float]], limits: Mapping[str, Limits], database: str
+) -> None:
+    """Write the starts of rate-limited keys, and drop those the window has left."""
+    rated = [(c, start) for c, start in admitted if limits[c.job_type].rate is not None]
+    if not rated:
+        return
+    LimitStart.objects.using(database).bulk_create(
+        [LimitStart(limit_key=c.limit_key, started=start) for c, start in rated]
+    )
+    # One DELETE per group: what left the window of every key just started in it.
+    edges: dict[str, float] = {}
+    keys: dict[str, set[str]] = defaultdict(set)
+    for candidate, start in rated:
+        lim = limits[candidate.job_type]
+        edge = start - _window(lim)
+        edges[lim.group] = min(edge, edges.get(lim.group, edge))
+        keys[lim.group].add(candidate.limit_key)
+    for group, edge in edges.items():
+        LimitStart.objects.using(database).filter(
+            limit_key__in=sorted(keys[group]), started__lte=edge
+        ).delete()
+
+
+def due_limited_ids(
+    *, queues: Sequence[str], job_types: Sequence[str], limit: int, now: datetime
+) -> list[int]:
+    """Due rows of limited types, for a claim straight from the database (Redis down):
+    the first of each key before the second of any, so that a key at its limit, however
+    many jobs it has waiting, never hides the other keys' jobs."""
+    if limit <= 0 or not queues or not job_types:
+        return []
+    rank = Window(
+        RowNumber(),
+        partition_by=[F("limit_key")],
+        order_by=[F("priority").desc(), F("run_at").asc(), F("id").asc()],
+    )
+    due = (
+        DelayedJob.objects.filter(
+            status=JobStatus.SCHEDULED, run_at__lte=now, queue__in=queues, job_type__in=job_types
+        )
+        .annotate(rank=rank)
+        .filter(rank__lte=limit)
+        .order_by("rank", "run_at", "id")
+    )
+    return list(due.values_list("pk", flat=True)[:limit])
+
+
+def prune_starts() -> int:
+    """Drop the starts every rate window has left (a key claimed once keeps its start row
+    until then: the claim prunes only the keys it claims). By the database's clock;
+    run by each pre-loader pass. How many were dropped."""
+    windows = [_window(lim) for jt in registry if (lim := limits_of(jt)) and lim.rate]
+    if not windows:
+        # No statement for a project without rates (rows a removed rate left are a few,
+        # and pruned once a rate is declared again).
+        return 0
+    database = jobs_database()
+    horizon = _database_epoch(database)
+    longest = max(windows)
+    deleted, _ = LimitStart.objects.using(database).filter(started__lte=horizon - longest).delete()
+    return deleted
