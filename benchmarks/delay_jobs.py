@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
 import delayjobs
+from delayjobs.limits import MAX_GLOBAL_CONCURRENCY, MAX_RATE_COUNT
 
 if TYPE_CHECKING:  # core.py imports the names below before Django is set up
     from delayjobs.models import DelayedJob
@@ -33,6 +36,11 @@ class BenchNoop(delayjobs.JobType):
 
 RECORD_JOB_TYPE = "bench.record"
 
+#: DELAYJOBS_BENCH_LIMIT=concurrency|rate: the comparison suite's job type declares a
+#: fleet-wide limit that never binds (the largest allowed), to measure what a limit costs
+#: when there is room. Unset: no limit, the plain claim.
+BENCH_LIMIT = os.environ.get("DELAYJOBS_BENCH_LIMIT", "")
+
 
 @delayjobs.register
 class BenchRecord(delayjobs.JobType):
@@ -42,6 +50,10 @@ class BenchRecord(delayjobs.JobType):
     name = RECORD_JOB_TYPE
     queue = BENCH_QUEUE
     max_attempts = 1
+    if BENCH_LIMIT == "concurrency":
+        global_concurrency = MAX_GLOBAL_CONCURRENCY
+    elif BENCH_LIMIT == "rate":
+        rate_limit = delayjobs.Rate(MAX_RATE_COUNT, per=timedelta(seconds=1))
 
     def execute(self, job: DelayedJob) -> None:
         from benchmarks.bodies import job as bench_job
