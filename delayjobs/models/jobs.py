@@ -156,6 +156,15 @@ class DelayedJob(models.Model):
     )
     finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
     trace_id = models.CharField(_("trace id"), max_length=64, default=new_trace_id)
+    # The W3C Trace Context of the span that scheduled (or rescheduled, retried) the job:
+    # {"traceparent": ..., "tracestate": ...}. An attempt days later continues that trace
+    # (delayjobs.core.tracing). NULL: scheduled untraced, or by a release without tracing.
+    trace_context = models.JSONField(
+        _("trace context"),
+        null=True,
+        blank=True,
+        help_text=_("The W3C trace context of the span that scheduled the job."),
+    )
     # The domain object the job is about (schedule(..., obj=instance)), if any: shown on
     # that object's admin page. A generic relation, so any model can have jobs; the
     # object may be deleted later, and its jobs' history stays.

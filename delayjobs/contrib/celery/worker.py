@@ -11,6 +11,7 @@ import os
 import threading
 import time
 from datetime import timedelta
+from typing import Any
 
 from django.db import InterfaceError, OperationalError, connections
 from django.utils.dateparse import parse_datetime
@@ -33,9 +34,17 @@ MIN_HEARTBEAT = 0.5
 
 
 def run_dispatched(
-    job_id: int, attempt: int, claimed_by: str, claimed_at: str, worker_id: str
+    job_id: int,
+    attempt: int,
+    claimed_by: str,
+    claimed_at: str,
+    worker_id: str,
+    trace_headers: dict[str, str] | None = None,
 ) -> str:
-    """The body of ``delayjobs.tasks.execute``; says what happened, for Celery's log."""
+    """The body of ``delayjobs.tasks.execute``; says what happened, for Celery's log.
+
+    ``trace_headers``: the W3C trace context the task's headers carried, the parent of
+    the attempt's span (None: the one stored with the job, if any)."""
     claimed = parse_datetime(claimed_at)
     if claimed is None:
         raise ValueError(f"claimed_at {claimed_at!r} is not an ISO 8601 datetime")
@@ -72,7 +81,7 @@ def run_dispatched(
         )
         return "stale"
     with _Heartbeat(job, worker_id, time_to_run):
-        outcome = run_claimed(job, worker_id)
+        outcome = run_claimed(job, worker_id, trace_carrier=trace_headers)
     if not _record(outcome):
         logger.warning(
             "Job %s attempt %d returned after its lease had expired (it ran past its "
@@ -161,6 +170,18 @@ def _record(outcome: Outcome) -> bool:
         return False
     index_due_soon(retries)
     return True
+
+
+def trace_headers(request: Any) -> dict[str, str] | None:
+    """The W3C trace context headers of a task's request (Celery's ``task.request``):
+    custom headers are attributes of the request, or in its ``headers`` (by protocol)."""
+    headers = getattr(request, "headers", None) or {}
+    found = {}
+    for name in ("traceparent", "tracestate"):
+        value = getattr(request, name, None) or headers.get(name)
+        if isinstance(value, str):
+            found[name] = value
+    return found or None
 
 
 def celery_worker_id(hostname: str | None) -> str:
