@@ -276,6 +276,9 @@ class Processing:
             if outcome is not None:
                 span.set_attribute("delayjobs.outcome", outcome)
             if error is not None:
+                # error.type: the conventions' attribute of a failed operation.
+                kind = type(error)
+                span.set_attribute("error.type", f"{kind.__module__}.{kind.__qualname__}")
                 span.record_exception(error)
                 span.set_status(self._api.error)
         span.end()

@@ -176,6 +176,7 @@ def test_a_failing_attempt_is_an_error_span_with_its_exception(
         )
         assert span.status.status_code == StatusCode.ERROR
         assert span.attributes is not None and span.attributes["delayjobs.outcome"] == outcome
+        assert span.attributes["error.type"] == "tests.delay_jobs.ScriptedFailure"
         [event] = span.events
         assert event.name == "exception"
         assert event.attributes is not None
