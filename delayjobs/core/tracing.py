@@ -62,7 +62,17 @@ class _Api:
 
     def __init__(self) -> None:
         from opentelemetry import context, trace
-        from opentelemetry.trace import Link, SpanKind, Status, StatusCode
+        from opentelemetry.trace import (
+            Link,
+            NonRecordingSpan,
+            ProxyTracerProvider,
+            SpanContext,
+            SpanKind,
+            Status,
+            StatusCode,
+            TraceFlags,
+            TraceState,
+        )
         from opentelemetry.trace.propagation.tracecontext import (
             TraceContextTextMapPropagator,
         )
@@ -72,10 +82,25 @@ class _Api:
         self.context = context
         self.trace = trace
         self.Link = Link
+        self.NonRecordingSpan = NonRecordingSpan
+        self.ProxyTracerProvider = ProxyTracerProvider
+        self.SpanContext = SpanContext
+        self.TraceFlags = TraceFlags
+        self.TraceState = TraceState
         self.SpanKind = SpanKind
         self.error = Status(StatusCode.ERROR)
         self.propagator = TraceContextTextMapPropagator()
         self.tracer = trace.get_tracer(INSTRUMENTATION_NAME, __version__)
+        self._provider_set = False
+
+    def recording_possible(self) -> bool:
+        """Whether a tracer provider is set (an SDK): without one, no span ever records,
+        and no span, link or attribute need be built. Once set, the global provider
+        cannot be replaced, so a yes is kept."""
+        if not self._provider_set:
+            provider = self.trace.get_tracer_provider()
+            self._provider_set = not isinstance(provider, self.ProxyTracerProvider)
+        return self._provider_set
 
 
 def installed() -> bool:
@@ -131,13 +156,52 @@ def _carrier_of(api: Any, span: Span) -> dict[str, str] | None:
     return carrier or None
 
 
-def _context_from(api: Any, carrier: Mapping[str, Any] | None) -> Any:
-    """The OpenTelemetry context a stored (or received) carrier holds, or None."""
+def _span_context_from(api: Any, carrier: Mapping[str, Any] | None) -> Any:
+    """The remote span context a stored (or received) carrier holds, or None.
+
+    A ``traceparent`` of version 00, as delayjobs stores them, is read here directly: the
+    propagator's regular expression and getters cost more than the rest of an attempt's
+    span. Anything else (another version, odd spacing) goes through the propagator.
+    """
     if not carrier:
         return None
-    context = api.propagator.extract({k: v for k, v in carrier.items() if isinstance(v, str)})
-    span_context = api.trace.get_current_span(context).get_span_context()
-    return context if span_context.is_valid else None
+    traceparent = carrier.get("traceparent")
+    if not isinstance(traceparent, str):
+        return None
+    parts = traceparent.split("-")
+    if (
+        len(parts) == 4
+        and parts[0] == "00"
+        and len(parts[1]) == 32
+        and len(parts[2]) == 16
+        and len(parts[3]) == 2
+    ):
+        try:
+            trace_id, span_id = int(parts[1], 16), int(parts[2], 16)
+            flags = int(parts[3], 16)
+        except ValueError:
+            return None
+        if not trace_id or not span_id:
+            return None
+        state = carrier.get("tracestate")
+        return api.SpanContext(
+            trace_id,
+            span_id,
+            is_remote=True,
+            trace_flags=api.TraceFlags(flags),
+            trace_state=api.TraceState.from_header([state]) if isinstance(state, str) else None,
+        )
+    strings = {k: v for k, v in carrier.items() if isinstance(v, str)}
+    span_context = api.trace.get_current_span(api.propagator.extract(strings)).get_span_context()
+    return span_context if span_context.is_valid else None
+
+
+def _context_from(api: Any, carrier: Mapping[str, Any] | None) -> Any:
+    """The OpenTelemetry context whose span is the carrier's remote one, or None."""
+    span_context = _span_context_from(api, carrier)
+    if span_context is None:
+        return None
+    return api.trace.set_span_in_context(api.NonRecordingSpan(span_context))
 
 
 def trace_id_of(carrier: Mapping[str, Any] | None) -> str | None:
@@ -153,14 +217,36 @@ def trace_id_of(carrier: Mapping[str, Any] | None) -> str | None:
 
 
 class Sent:
-    """What a producer span gives the jobs it sends: the context to store with them."""
+    """A PRODUCER span ``send {queue}`` around sending jobs, and what it gives them: the
+    context to store with each. Made by ``producer``."""
 
     def __init__(self, api: Any, span: Span | None) -> None:
+        self._api = api
         self._span = span
+        self._token: object = None
         #: The W3C context to store in ``DelayedJob.trace_context`` (None: nothing to join).
         self.carrier = None if span is None else _carrier_of(api, span)
         #: Its trace id, for ``DelayedJob.trace_id``: the logs' and the trace's are one.
         self.trace_id = trace_id_of(self.carrier)
+
+    def __enter__(self) -> Sent:
+        span = self._span
+        # A span that does not record is the current one already (the API's no-op tracer
+        # returns the current span), or one a sampler dropped: nothing to make current.
+        if span is not None and span.is_recording():
+            self._token = self._api.context.attach(self._api.trace.set_span_in_context(span))
+        return self
+
+    def __exit__(self, kind: object, error: BaseException | None, tb: object) -> None:
+        span = self._span
+        if self._token is not None:
+            self._api.context.detach(self._token)
+            self._token = None
+        if span is not None and span.is_recording():
+            if error is not None:
+                span.record_exception(error)
+                span.set_status(self._api.error)
+            span.end()
 
     def mark(self, job: DelayedJob) -> None:
         """Give ``job`` (new or about to be moved) this span's context."""
@@ -184,20 +270,15 @@ class Sent:
             span.set_attribute("messaging.message.id", str(jobs[0].pk))
 
 
-_NOT_SENT = Sent(None, None)
-
-
-@contextlib.contextmanager
 def producer(
     action: str, queue: str | None, job_type: str | None, *, count: int | None = None
-) -> Iterator[Sent]:
+) -> Sent:
     """A PRODUCER span ``send {queue}`` around sending jobs (``action``: schedule,
-    reschedule, retry). ``queue``/``job_type`` None: the batch's are not all the same.
-    ``count``: a batch's size (``messaging.batch.message_count``)."""
+    reschedule, retry), for a ``with`` block. ``queue``/``job_type`` None: the batch's are
+    not all the same. ``count``: a batch's size (``messaging.batch.message_count``)."""
     api = _load()
     if api is False:
-        yield _NOT_SENT
-        return
+        return Sent(None, None)
     span = api.tracer.start_span(f"send {queue}" if queue else "send", kind=api.SpanKind.PRODUCER)
     if span.is_recording():
         span.set_attributes(
@@ -213,8 +294,7 @@ def producer(
             span.set_attribute("delayjobs.job_type", job_type)
         if count is not None:
             span.set_attribute("messaging.batch.message_count", count)
-    with api.trace.use_span(span, end_on_exit=True, record_exception=True):
-        yield Sent(api, span)
+    return Sent(api, span)
 
 
 @contextlib.contextmanager
@@ -255,15 +335,19 @@ class Processing:
         self._api = api
         self.span = span
         self.ended = False
+        self._tokens: list[object] = []
 
-    @contextlib.contextmanager
-    def current(self) -> Iterator[None]:
-        """The span is the current one in here: the body's own spans are its children."""
-        token = self._api.context.attach(self._api.trace.set_span_in_context(self.span))
-        try:
-            yield
-        finally:
-            self._api.context.detach(token)
+    def current(self) -> Processing:
+        """``with span.current():`` the span is the current one in the block: the body's
+        own spans are its children (a plain class, not a generator: cheaper per job)."""
+        return self
+
+    def __enter__(self) -> None:
+        api = self._api
+        self._tokens.append(api.context.attach(api.trace.set_span_in_context(self.span)))
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._api.context.detach(self._tokens.pop())
 
     def finish(self, outcome: str | None, error: BaseException | None = None) -> None:
         """End the span with the attempt's outcome (one of ``OUTCOMES``; None: it has none
@@ -306,16 +390,23 @@ def processing(
     api = _load()
     if api is False:
         return None
-    tracer = api.tracer
-    links = None
-    parent = None
+    remote = None
     if schedule is None:
-        parent = _context_from(api, carrier if carrier is not None else job.trace_context)
-        if parent is not None:
-            links = [api.Link(api.trace.get_current_span(parent).get_span_context())]
-    else:
+        remote = _span_context_from(api, carrier if carrier is not None else job.trace_context)
+    if not api.recording_possible():
+        # No SDK: the API's no-op tracer would return the parent itself. Keep the stored
+        # context current while the body runs (an instrumented client still passes it on),
+        # and build nothing else.
+        return None if remote is None else Processing(api, api.NonRecordingSpan(remote))
+    links = None
+    if remote is not None:
+        parent = api.trace.set_span_in_context(api.NonRecordingSpan(remote))
+        links = [api.Link(remote)]
+    elif schedule is not None:
         parent = api.context.Context()  # a root, whatever is current
-    span = tracer.start_span(
+    else:
+        parent = None  # scheduled untraced: the current span's child, if any
+    span = api.tracer.start_span(
         f"process {job.queue}", context=parent, kind=api.SpanKind.CONSUMER, links=links
     )
     if span.is_recording():
@@ -349,9 +440,10 @@ def attach(job: DelayedJob, span: Processing) -> None:
     (in memory only: the row keeps the trace of what scheduled it, the same one unless
     the job is a tick or was scheduled untraced)."""
     job.__dict__[_SPAN_ATTRIBUTE] = span
-    ids = span.ids()
-    if ids is not None:
-        job.trace_id = ids[0]
+    if span.span.is_recording():  # else its trace, if any, is the stored one already
+        ids = span.ids()
+        if ids is not None:
+            job.trace_id = ids[0]
 
 
 def timed_out(job: DelayedJob, error: BaseException) -> None:

@@ -506,6 +506,65 @@ def test_tracing_must_be_a_bool() -> None:
     assert "TRACING" in message.msg
 
 
+#: The API installed and no SDK set up (a fresh process: this one has the tests' SDK).
+API_ONLY = textwrap.dedent(
+    """
+    import django
+
+    django.setup()
+    from opentelemetry import context, trace
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+
+    import delayjobs
+    from delayjobs.engine.consumer import Consumer
+    from delayjobs.models import DelayedJob
+
+    seen = []
+
+    class Sees(delayjobs.JobType):
+        name = "tests.sees_context"
+
+        def execute(self, job):
+            seen.append(trace.get_current_span().get_span_context())
+
+    delayjobs.register(Sees)
+    remote = SpanContext(0xABC, 0x123, is_remote=True, trace_flags=TraceFlags(1))
+    token = context.attach(trace.set_span_in_context(NonRecordingSpan(remote)))
+    joined = delayjobs.schedule("tests.sees_context")
+    context.detach(token)
+    alone = delayjobs.schedule("tests.sees_context")
+    Consumer(queues=["default"], burst=True, preload=False, concurrency=1).run()
+    for job in (joined, alone):
+        print(DelayedJob.objects.get(pk=job.pk).trace_context)
+    print(sorted((f"{c.trace_id:x}", f"{c.span_id:x}", c.is_valid) for c in seen))
+    """
+)
+
+
+@pytest.mark.subprocess
+def test_with_the_api_and_no_sdk_the_callers_context_is_kept_and_current_in_the_body(
+    redis_client: redis.Redis,
+) -> None:
+    """No SDK: no span records, but a context that came in (a request's traceparent) is
+    stored with the job and is the current one while its body runs, for instrumented
+    clients to pass on."""
+    result = subprocess.run(
+        [sys.executable, "-c", API_ONLY],
+        cwd=REPO_ROOT,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-5000:]
+    joined, alone, seen = result.stdout.strip().splitlines()[-3:]
+    remote = "00-00000000000000000000000000000abc-0000000000000123-01"
+    assert joined == str({"traceparent": remote})
+    assert alone == "None"
+    assert seen == str([("0", "0", False), ("abc", "123", True)])
+
+
 #: Run with opentelemetry hidden: an import finder refuses it before Django sets up.
 WITHOUT_OPENTELEMETRY = textwrap.dedent(
     """
