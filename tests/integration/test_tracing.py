@@ -219,6 +219,48 @@ def test_retry_and_reschedule_send_again_in_the_callers_trace(
     assert DelayedJob.objects.get(pk=job.pk).trace_id == f"{moved.context.trace_id:032x}"
 
 
+def test_the_admins_actions_send_in_a_span_of_their_own(
+    spans: InMemorySpanExporter, admin_client: Any
+) -> None:
+    from tests.integration.test_admin import post_action
+
+    job = delayjobs.schedule(TRACED, {}, delay=timedelta(hours=1))
+    spans.clear()
+
+    post_action(admin_client, "run_now_jobs", [job])
+
+    send = one(spans, "send default", **{"messaging.operation.name": "reschedule"})
+    assert send.attributes is not None and send.attributes["messaging.message.id"] == str(job.pk)
+    assert DelayedJob.objects.get(pk=job.pk).trace_context == {"traceparent": traceparent_of(send)}
+
+
+def test_skipped_expired_and_timed_out_attempts_say_so(
+    spans: InMemorySpanExporter, tmp_path: Path
+) -> None:
+    skipped = delayjobs.schedule("tests.conditional", {"run": False})
+    expired = delayjobs.schedule("tests.expiring", {}, run_at=timezone.now() - timedelta(minutes=2))
+    # Held past its time_to_run (2 s) and never released: timed out, its thread left on.
+    held = delayjobs.schedule(
+        "tests.scripted",
+        {"hold_attempts": [1], "release_file": str(tmp_path / "never"), "hold_seconds": 4},
+        max_attempts=1,
+    )
+
+    drain()
+
+    def outcome_of(job: DelayedJob) -> ReadableSpan:
+        return one(spans, "process default", **{"messaging.message.id": str(job.pk)})
+
+    assert outcome_of(skipped).attributes["delayjobs.outcome"] == "skipped"  # type: ignore[index]
+    assert outcome_of(expired).attributes["delayjobs.outcome"] == "expired"  # type: ignore[index]
+    timed_out = outcome_of(held)
+    assert timed_out.attributes is not None
+    assert timed_out.attributes["delayjobs.outcome"] == "timed_out"
+    assert timed_out.status.status_code == StatusCode.ERROR
+    assert [event.name for event in timed_out.events] == ["exception"]
+    assert timed_out.attributes["error.type"] == "delayjobs.exceptions.JobTimeout"
+
+
 def test_a_request_with_a_traceparent_continues_its_trace(
     spans: InMemorySpanExporter, api: Any
 ) -> None:
@@ -287,7 +329,7 @@ def test_a_recurring_tick_is_a_root_span_naming_its_schedule(
     process = one(spans, "process default")
     assert process.parent is None and list(process.links) == []
     assert process.attributes is not None
-    assert process.attributes["delayjobs.schedule"] == "tracing.every-hour"
+    assert process.attributes["delayjobs.schedule.name"] == "tracing.every-hour"
     assert process.attributes["delayjobs.outcome"] == "succeeded"
 
 
