@@ -227,7 +227,7 @@ def test_the_admins_actions_send_in_a_span_of_their_own(
     job = delayjobs.schedule(TRACED, {}, delay=timedelta(hours=1))
     spans.clear()
 
-    post_action(admin_client, "run_now_jobs", [job])
+    post_action(admin_client, "run_jobs_now", [job])
 
     send = one(spans, "send default", **{"messaging.operation.name": "reschedule"})
     assert send.attributes is not None and send.attributes["messaging.message.id"] == str(job.pk)
@@ -548,6 +548,21 @@ def test_tracing_must_be_a_bool() -> None:
     assert "TRACING" in message.msg
 
 
+def python_script(script: str) -> list[str]:
+    """Run ``script`` in a fresh Python on the test's database; the lines it printed."""
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=REPO_ROOT,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-5000:]
+    return result.stdout.strip().splitlines()
+
+
 #: The API installed and no SDK set up (a fresh process: this one has the tests' SDK).
 API_ONLY = textwrap.dedent(
     """
@@ -590,17 +605,7 @@ def test_with_the_api_and_no_sdk_the_callers_context_is_kept_and_current_in_the_
     """No SDK: no span records, but a context that came in (a request's traceparent) is
     stored with the job and is the current one while its body runs, for instrumented
     clients to pass on."""
-    result = subprocess.run(
-        [sys.executable, "-c", API_ONLY],
-        cwd=REPO_ROOT,
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr[-5000:]
-    joined, alone, seen = result.stdout.strip().splitlines()[-3:]
+    joined, alone, seen = python_script(API_ONLY)[-3:]
     remote = "00-00000000000000000000000000000abc-0000000000000123-01"
     assert joined == str({"traceparent": remote})
     assert alone == "None"
@@ -640,17 +645,7 @@ WITHOUT_OPENTELEMETRY = textwrap.dedent(
 
 @pytest.mark.subprocess
 def test_nothing_breaks_without_opentelemetry(redis_client: redis.Redis) -> None:
-    result = subprocess.run(
-        [sys.executable, "-c", WITHOUT_OPENTELEMETRY],
-        cwd=REPO_ROOT,
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr[-5000:]
-    statuses, modules = result.stdout.strip().splitlines()[-2:]
+    statuses, modules = python_script(WITHOUT_OPENTELEMETRY)[-2:]
     assert statuses == "[('succeeded', None), ('succeeded', None)]"
     assert modules == "[]"
 
@@ -664,13 +659,4 @@ def test_setting_up_django_decides_nothing_about_tracing() -> None:
         "import django; django.setup(); import delayjobs.api, delayjobs.engine.consumer; "
         "from delayjobs.core import tracing; print(tracing._api)"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=REPO_ROOT,
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    assert result.stdout.strip() == "None"
+    assert python_script(script) == ["None"]
