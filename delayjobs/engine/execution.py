@@ -190,6 +190,7 @@ def run_claimed(
     *,
     log: bool = True,
     trace_carrier: Mapping[str, Any] | None = None,
+    limit_wait_ms: float | None = None,
 ) -> Outcome:
     """Execute one claimed job in this thread and say how it ended; never raises.
 
@@ -199,8 +200,11 @@ def run_claimed(
     ``log``: log the line that says how it ended (else the caller does: the consumer's
     recorder logs the lines of a batch, off the threads that run jobs).
     ``trace_carrier``: the trace context a Celery task's headers carried (else the row's).
+    ``limit_wait_ms``: how long the job waited for a concurrency limit, for its span.
     """
-    attempt = Attempt(job, worker_id, log=log, trace_carrier=trace_carrier)
+    attempt = Attempt(
+        job, worker_id, log=log, trace_carrier=trace_carrier, limit_wait_ms=limit_wait_ms
+    )
     jobtype = attempt.open()
     if jobtype is None:
         return attempt.outcome()
@@ -217,14 +221,19 @@ def run_claimed(
 
 
 async def run_claimed_async(
-    job: DelayedJob, worker_id: str, opener: Opener | None = None, *, log: bool = True
+    job: DelayedJob,
+    worker_id: str,
+    opener: Opener | None = None,
+    *,
+    log: bool = True,
+    limit_wait_ms: float | None = None,
 ) -> Outcome:
     """``run_claimed`` for an async job type, on the running event loop: the same steps,
     with the body awaited. ``opener`` runs ``Attempt.open`` (user code: ``should_run``,
     ``job_started`` receivers) elsewhere, in a thread, when it must not run on the loop."""
     # No connection handling on the loop's thread: it has none (the sync ORM refuses to
     # run there), and asking costs a fifth of an async job's time in asgiref's locals.
-    attempt = Attempt(job, worker_id, connections=False, log=log)
+    attempt = Attempt(job, worker_id, connections=False, log=log, limit_wait_ms=limit_wait_ms)
     try:
         jobtype = attempt.open() if opener is None else await opener(attempt.open)
     except asyncio.CancelledError:
@@ -261,10 +270,12 @@ class Attempt:
         connections: bool = True,
         log: bool = True,
         trace_carrier: Mapping[str, Any] | None = None,
+        limit_wait_ms: float | None = None,
     ) -> None:
         self._steps = _attempt(job, worker_id, connections, log, self)
         self._outcome: Outcome | None = None
         self.trace_carrier = trace_carrier
+        self.limit_wait_ms = limit_wait_ms
         #: Its CONSUMER span (None: tracing is off), made by ``open``, ended with its outcome.
         self.span: tracing.Processing | None = None
         #: Left without an end (its task cancelled while ``open`` ran elsewhere): when the
@@ -322,6 +333,7 @@ def _attempt(
         lateness_ms=(started - job.run_at).total_seconds() * 1000,
         schedule=schedule_name_of(job.key),
         carrier=attempt.trace_carrier,
+        limit_wait_ms=attempt.limit_wait_ms,
     )
     if span is not None:
         tracing.attach(job, span)

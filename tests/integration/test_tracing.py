@@ -34,6 +34,7 @@ from delayjobs.core import tracing
 from delayjobs.core.logfields import job_fields
 from delayjobs.engine import preloader
 from delayjobs.engine.consumer import Consumer
+from delayjobs.engine.execution import run_claimed
 from delayjobs.models import DelayedJob, JobStatus, Schedule
 from delayjobs.recurring.ticks import materialise_schedules
 from delayjobs.transitions import claim
@@ -406,6 +407,30 @@ def test_a_celery_task_runs_the_job_in_the_trace_its_headers_carry(
     assert process.parent is not None and f"{process.parent.span_id:016x}" == "2" * 16
     assert process.attributes is not None
     assert process.attributes["delayjobs.consumer"] == "celery@x:1"
+
+
+def test_the_time_a_job_waited_for_a_limit_is_on_its_span(spans: InMemorySpanExporter) -> None:
+    """Absent when nothing made the job wait; what the caller measured when something did."""
+    waited, free = delayjobs.schedule(TRACED, {}), delayjobs.schedule(TRACED, {})
+    rows = claim(
+        [waited.pk, free.pk],
+        worker_id="consumer-1",
+        now=timezone.now(),
+        job_types=[TRACED],
+        leases={},
+        default_lease=timedelta(minutes=1),
+    )
+    by_id = {row.pk: row for row in rows}
+
+    run_claimed(by_id[waited.pk], "consumer-1", limit_wait_ms=12.5)
+    run_claimed(by_id[free.pk], "consumer-1")
+
+    def attributes(job: DelayedJob) -> dict[str, Any]:
+        span = one(spans, "process default", **{"messaging.message.id": str(job.pk)})
+        return dict(span.attributes or {})
+
+    assert attributes(waited)["delayjobs.limit_wait_ms"] == 12.5
+    assert "delayjobs.limit_wait_ms" not in attributes(free)
 
 
 def test_trace_headers_are_read_from_the_request_or_its_headers() -> None:
