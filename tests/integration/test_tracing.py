@@ -283,6 +283,22 @@ def test_a_request_with_a_traceparent_continues_its_trace(
     }
 
 
+def test_a_request_span_already_current_is_the_parent_not_the_header(
+    spans: InMemorySpanExporter, api: Any
+) -> None:
+    """With the project's HTTP instrumentation, the request's span continues the header
+    itself: the send span is its child."""
+    header = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    with trace.get_tracer("tests").start_as_current_span("POST", kind=SpanKind.SERVER) as server:
+        response = api.post(
+            "jobs/", {"job_type": "tests.scripted"}, headers={"traceparent": header}
+        )
+
+    assert response.status_code == 201
+    send = one(spans, "send default")
+    assert send.parent is not None and send.parent.span_id == server.get_span_context().span_id
+
+
 def test_a_malformed_traceparent_starts_a_trace_of_its_own(
     spans: InMemorySpanExporter, api: Any
 ) -> None:
