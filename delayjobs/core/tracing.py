@@ -475,11 +475,21 @@ def timed_out(job: DelayedJob, error: BaseException) -> None:
         span.finish("timed_out", error)
 
 
+#: The Celery message headers that carry a job's stored context, by W3C field. Names of
+#: delayjobs' own: Celery's OpenTelemetry instrumentation writes ``traceparent`` itself
+#: (the context of its publish span), which must not replace the job's.
+CELERY_HEADERS = {"traceparent": "delayjobs_traceparent", "tracestate": "delayjobs_tracestate"}
+
+
 def celery_headers(job: DelayedJob) -> dict[str, str]:
     """The headers a Celery task carries the job's trace context in (empty: none)."""
     if not job.trace_context or _load() is False:
         return {}
-    return {k: v for k, v in job.trace_context.items() if k in ("traceparent", "tracestate")}
+    return {
+        header: job.trace_context[field]
+        for field, header in CELERY_HEADERS.items()
+        if isinstance(job.trace_context.get(field), str)
+    }
 
 
 # Internal spans -------------------------------------------------------------------------

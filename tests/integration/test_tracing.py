@@ -406,7 +406,7 @@ def test_a_celery_task_runs_the_job_in_the_trace_its_headers_carry(
     )
     assert claimed.claimed_at is not None
     carried = "00-11111111111111111111111111111111-2222222222222222-01"
-    request = type("Request", (), {"traceparent": carried, "headers": None})()
+    request = type("Request", (), {"delayjobs_traceparent": carried, "headers": None})()
 
     outcome = run_dispatched(
         job.pk,
@@ -451,9 +451,11 @@ def test_the_time_a_job_waited_for_a_limit_is_on_its_span(spans: InMemorySpanExp
 
 def test_trace_headers_are_read_from_the_request_or_its_headers() -> None:
     carried = {"traceparent": "00-" + "3" * 32 + "-" + "4" * 16 + "-01", "tracestate": "a=b"}
-    as_attributes = type("Request", (), {**carried, "headers": None})()
-    as_headers = type("Request", (), {"headers": carried})()
-    neither = type("Request", (), {"headers": None})()
+    sent = {"delayjobs_traceparent": carried["traceparent"], "delayjobs_tracestate": "a=b"}
+    as_attributes = type("Request", (), {**sent, "headers": None})()
+    as_headers = type("Request", (), {"headers": sent})()
+    # Celery's own instrumentation's header describes its publish span: not the job's.
+    neither = type("Request", (), {"traceparent": carried["traceparent"], "headers": None})()
     assert trace_headers(as_attributes) == carried
     assert trace_headers(as_headers) == carried
     assert trace_headers(neither) is None

@@ -17,6 +17,7 @@ from django.db import InterfaceError, OperationalError, connections
 from django.utils.dateparse import parse_datetime
 
 from delayjobs import transitions
+from delayjobs.core import tracing
 from delayjobs.engine.execution import run_claimed, signal_outcome, time_to_run_of
 from delayjobs.index.handoff import index_due_soon
 from delayjobs.jobtypes import registry
@@ -173,14 +174,15 @@ def _record(outcome: Outcome) -> bool:
 
 
 def trace_headers(request: Any) -> dict[str, str] | None:
-    """The W3C trace context headers of a task's request (Celery's ``task.request``):
-    custom headers are attributes of the request, or in its ``headers`` (by protocol)."""
+    """The job's W3C trace context, as a task's request (Celery's ``task.request``) carries
+    it (``tracing.CELERY_HEADERS``): custom headers are attributes of the request, or in
+    its ``headers`` (by protocol)."""
     headers = getattr(request, "headers", None) or {}
     found = {}
-    for name in ("traceparent", "tracestate"):
+    for field, name in tracing.CELERY_HEADERS.items():
         value = getattr(request, name, None) or headers.get(name)
         if isinstance(value, str):
-            found[name] = value
+            found[field] = value
     return found or None
 
 
