@@ -23,7 +23,7 @@ implementation). A consumer must start its first job within 100 ms of Django's s
 nothing here imports OpenTelemetry when Django sets up: whether the API is installed is
 asked once with ``importlib.util.find_spec`` (a directory lookup, well under a
 millisecond), and the import happens at the first use, which for a consumer is its first
-job; ``warm_up`` starts that import in a thread of its own just before the first claim,
+job; the consumer starts that import in a thread of its own just before the first claim,
 whose round trips (network waits, the GIL released) it overlaps. That is the cheapest
 correct choice: importing lazily inside the first job would add the whole import to its
 start, and tracing in a thread after the first claim would leave the first jobs
@@ -40,11 +40,14 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import logging
 import threading
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from delayjobs.conf import settings
+
+logger = logging.getLogger("delayjobs.tracing")
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
@@ -141,8 +144,16 @@ def _load() -> Any:
         return api
     with _lock:
         if _api is None:
-            _api = _Api() if settings.TRACING and installed() else False
+            _api = _import() if settings.TRACING and installed() else False
         return _api
+
+
+def _import() -> Any:
+    try:
+        return _Api()
+    except Exception:  # a broken install must not fail jobs: no tracing, said once
+        logger.exception("OpenTelemetry could not be imported: delayjobs traces nothing.")
+        return False
 
 
 def enabled() -> bool:
@@ -150,13 +161,16 @@ def enabled() -> bool:
     return _load() is not False
 
 
-def warm_up() -> None:
-    """Import the API now, in a thread of its own, so the first job does not pay for it.
+def decided() -> bool:
+    """Whether tracing is decided (and the API imported, if it is on). While not, a
+    consumer runs ``decide`` in a thread of its own before its first claim, so that its
+    first job does not pay for the import."""
+    return _api is not None
 
-    Harmless to call more than once, or when tracing is off.
-    """
-    if _api is None:
-        threading.Thread(target=_load, name="delayjobs-tracing-import", daemon=True).start()
+
+def decide() -> None:
+    """Decide now whether to trace, importing the API if so."""
+    _load()
 
 
 def reset() -> None:

@@ -240,8 +240,10 @@ class Consumer:
                 self._after_first_turn = self._start_preloader
         # OpenTelemetry's import (some 10 ms, when it is installed) runs in a thread of
         # its own while the first turn waits on its claim's round trips, not before it
-        # (delayjobs.core.tracing): the first job then finds it done, or nearly.
-        tracing.warm_up()
+        # (delayjobs.core.tracing): the first job then finds it done, or nearly. Joined
+        # at shutdown, like every thread of the consumer.
+        if not tracing.decided():
+            self._start_thread(tracing.decide, "delayjobs-tracing-import")
         try:
             self.loop()
         finally:
