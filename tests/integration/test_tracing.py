@@ -11,6 +11,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import threading
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -583,6 +584,20 @@ def test_tracing_false_makes_no_span_and_stores_no_context(spans: InMemorySpanEx
     assert DelayedJob.objects.get(pk=job.pk).trace_context is None
     # The request's span and the body's own: none of delayjobs'.
     assert sorted(span.name for span in spans.get_finished_spans()) == ["request", "tests.inside"]
+
+
+def test_a_burst_leaves_no_thread_behind_while_opentelemetry_is_imported(
+    spans: InMemorySpanExporter,
+) -> None:
+    """The consumer imports OpenTelemetry in a thread of its own before its first claim,
+    and joins it at shutdown like its other threads."""
+    tracing.reset()
+    assert not tracing.decided()
+
+    drain()
+
+    assert tracing.decided() and tracing.enabled()
+    assert [t.name for t in threading.enumerate() if t.name.startswith("delayjobs-")] == []
 
 
 def test_tracing_must_be_a_bool() -> None:
