@@ -600,6 +600,28 @@ def test_a_burst_leaves_no_thread_behind_while_opentelemetry_is_imported(
     assert [t.name for t in threading.enumerate() if t.name.startswith("delayjobs-")] == []
 
 
+def test_an_opentelemetry_that_fails_to_import_turns_tracing_off(
+    spans: InMemorySpanExporter,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A broken install (an import that raises) must not fail jobs: it is logged once."""
+
+    def broken() -> None:
+        raise ImportError("a broken opentelemetry install")
+
+    monkeypatch.setattr(tracing, "_Api", broken)
+    tracing.reset()
+    job = delayjobs.schedule(TRACED, {"fail_attempts": []})
+    drain()
+
+    assert DelayedJob.objects.get(pk=job.pk).status == JobStatus.SUCCEEDED
+    assert not tracing.enabled()
+    assert [r.message for r in caplog.records if r.name == "delayjobs.tracing"] == [
+        "OpenTelemetry could not be imported: delayjobs traces nothing."
+    ]
+
+
 def test_tracing_must_be_a_bool() -> None:
     with override_settings(DELAYJOBS={"TRACING": "yes"}):
         [message] = [m for m in check_settings() if m.id == "delayjobs.E020"]
