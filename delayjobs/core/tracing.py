@@ -199,7 +199,7 @@ def _span_context_from(api: Any, carrier: Mapping[str, Any] | None) -> Any:
     propagator's regular expression and getters cost more than the rest of an attempt's
     span. Anything else (another version, odd spacing) goes through the propagator.
     """
-    if not carrier:
+    if not carrier or not isinstance(carrier, Mapping):  # a row edited by hand: no parent
         return None
     traceparent = carrier.get("traceparent")
     if not isinstance(traceparent, str):
@@ -497,12 +497,13 @@ CELERY_HEADERS = {"traceparent": "delayjobs_traceparent", "tracestate": "delayjo
 
 def celery_headers(job: DelayedJob) -> dict[str, str]:
     """The headers a Celery task carries the job's trace context in (empty: none)."""
-    if not job.trace_context or _load() is False:
+    stored = job.trace_context
+    if not stored or not isinstance(stored, dict) or _load() is False:
         return {}
     return {
-        header: job.trace_context[field]
+        header: stored[field]
         for field, header in CELERY_HEADERS.items()
-        if isinstance(job.trace_context.get(field), str)
+        if isinstance(stored.get(field), str)
     }
 
 

@@ -186,6 +186,32 @@ def test_a_failing_attempt_is_an_error_span_with_its_exception(
         assert f"job {job.pk} on attempt 1" in str(event.attributes["exception.message"])
 
 
+@pytest.mark.parametrize(
+    "stored",
+    [
+        "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+        ["traceparent"],
+        {"traceparent": 17},
+        {"traceparent": "00-zz-yy-01"},
+        {"traceparent": "00-00000000000000000000000000000000-b7ad6b7169203331-01"},
+    ],
+    ids=["a string", "a list", "not text", "not hex", "zero trace id"],
+)
+def test_a_stored_context_that_is_not_one_runs_the_job_in_a_trace_of_its_own(
+    spans: InMemorySpanExporter, stored: Any
+) -> None:
+    """A row edited by hand: the job runs all the same, its span a root."""
+    job = delayjobs.schedule(TRACED, {})
+    DelayedJob.objects.filter(pk=job.pk).update(trace_context=stored)
+    spans.clear()
+
+    drain()
+
+    assert DelayedJob.objects.get(pk=job.pk).status == JobStatus.SUCCEEDED
+    process = one(spans, "process default")
+    assert process.parent is None and list(process.links) == []
+
+
 def test_schedule_many_is_one_span_whose_context_every_job_stores(
     spans: InMemorySpanExporter,
 ) -> None:
