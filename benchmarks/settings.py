@@ -7,6 +7,12 @@ environment, so the consumer subprocesses it starts read the very same settings:
 - ``DELAYJOBS_BENCH_REDIS_URL``: a ``redis://`` URL;
 - ``DELAYJOBS_BENCH_CONN_MAX_AGE``: optional ``CONN_MAX_AGE`` of that database, in seconds
   or ``none`` for persistent connections (unset: Django's default, 0).
+- ``DELAYJOBS_BENCH_TRACING``: ``api`` (the default: ``opentelemetry-api`` installed, no
+  SDK, as a project with the ``otel`` extra and no tracing set up), ``off``
+  (``DELAYJOBS["TRACING"] = False``), or ``sdk`` (the OpenTelemetry SDK with a batch span
+  processor, every span recorded and handed to an exporter that drops it: the cost of
+  tracing within the process, without a collector's network). Set it in the environment of
+  ``benchmarks/run.sh``; the consumer processes inherit it.
 
 delayjobs' own settings are left at their defaults: the benchmark measures what a user
 gets out of the box.
@@ -59,10 +65,21 @@ DATABASES = {
     "body": {**_DATABASE, "CONN_MAX_AGE": None},
 }
 
+TRACING_ENV = "DELAYJOBS_BENCH_TRACING"
+_TRACING = os.environ.get(TRACING_ENV, "api")
+if _TRACING not in ("off", "api", "sdk"):
+    raise ImproperlyConfigured(f"{TRACING_ENV} must be off, api or sdk, not {_TRACING!r}.")
+
 DELAYJOBS = {
     "REDIS_URL": _required(REDIS_URL_ENV),
     "KEY_PREFIX": "dj-bench",
+    "TRACING": _TRACING != "off",
 }
+
+if _TRACING == "sdk":
+    from benchmarks.tracing_sdk import set_up_sdk
+
+    set_up_sdk()
 
 # Errors only: log lines per job would distort what is measured.
 LOGGING = {

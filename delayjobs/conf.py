@@ -511,6 +511,17 @@ SETTINGS: tuple[Setting, ...] = (
         "shows the estimate instead of counting every row on each page load, and the "
         "dashboard counts from a sample. 0: always count exactly.",
     ),
+    Setting(
+        "TRACING",
+        True,
+        Flag(),
+        "delayjobs.E020",
+        "True (the default) traces through opentelemetry-api when it is installed; False "
+        "turns tracing off.",
+        "OpenTelemetry spans (messaging conventions) for scheduling and running jobs, when "
+        "opentelemetry-api is installed (the otel extra); a no-op until the project sets up "
+        "an SDK. False: no span is made and no context stored with jobs.",
+    ),
     _duration(
         "MISFIRE_GRACE",
         60,

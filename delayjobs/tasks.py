@@ -46,4 +46,6 @@ def execute(
     a message lost with its worker leaves the job to its lease, like a dead consumer.
     """
     worker_id = worker.celery_worker_id(task.request.hostname)
-    return worker.run_dispatched(job_id, attempt, claimed_by, claimed_at, worker_id)
+    return worker.run_dispatched(
+        job_id, attempt, claimed_by, claimed_at, worker_id, worker.trace_headers(task.request)
+    )

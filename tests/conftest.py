@@ -68,6 +68,7 @@ DB_SENSITIVE = frozenset(
         "integration/test_stats.py",
         "integration/test_tasks_backend.py",
         "integration/test_tasks_differential.py",
+        "integration/test_tracing.py",
         "integration/test_transitions.py",
         "e2e/test_async_consumer.py",
         "e2e/test_consumer.py",

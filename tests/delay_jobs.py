@@ -213,3 +213,32 @@ if os.environ.get("DELAYJOBS_TEST_LIMITS"):
     from tests.limit_jobs import register_all
 
     register_all()
+
+
+# Traced job types (tests/integration/test_tracing.py): the body opens a span of its own,
+# which must be a child of the attempt's span. OpenTelemetry is imported in the body only:
+# a test runs the suite's job types with opentelemetry-api hidden.
+@delayjobs.register
+class Traced(Scripted):
+    """``tests.scripted`` inside a span ``tests.inside``."""
+
+    name = "tests.traced"
+
+    def execute(self, job: DelayedJob) -> None:
+        from opentelemetry import trace
+
+        with trace.get_tracer("tests").start_as_current_span("tests.inside"):
+            super().execute(job)
+
+
+@delayjobs.register
+class AsyncTraced(AsyncScripted):
+    """``tests.async_scripted`` inside a span ``tests.inside``."""
+
+    name = "tests.async_traced"
+
+    async def execute(self, job: DelayedJob) -> str:  # type: ignore[override]
+        from opentelemetry import trace
+
+        with trace.get_tracer("tests").start_as_current_span("tests.inside"):
+            return await super().execute(job)

@@ -198,3 +198,12 @@ TASKS = {
     # Not a delayjobs backend: a row naming it must be refused by consumers.
     "immediate": {"BACKEND": f"{_TASKS_PACKAGE}.backends.immediate.ImmediateBackend"},
 }
+
+# A subprocess's spans (tests/integration/test_tracing.py): an SDK writing them to a file,
+# as a project would set one up in its settings or its WSGI/Celery entry points.
+if os.environ.get("DELAYJOBS_TEST_TRACES"):
+    from tests.support.tracing import export_to_file
+
+    export_to_file(
+        os.environ["DELAYJOBS_TEST_TRACES"], os.environ.get("DELAYJOBS_TEST_SERVICE", "consumer")
+    )

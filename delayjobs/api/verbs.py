@@ -17,7 +17,7 @@ from django.db import IntegrityError, models, transaction
 from django.utils import timezone
 
 from delayjobs import signals, transitions
-from delayjobs.core import metrics
+from delayjobs.core import metrics, tracing
 from delayjobs.core.logfields import job_fields
 from delayjobs.exceptions import DuplicateJob, InvalidJob, InvalidTransition, JobNotFound
 from delayjobs.index.handoff import index_due_soon, index_on_commit, unindex_on_commit
@@ -75,14 +75,18 @@ def schedule(
         priority=priority,
     )
     using = jobs_database()
-    if spec.key is None:
-        # No constraint can fail: a plain INSERT in the caller's transaction (or autocommit).
-        job = spec.new_job()
-        insert_job(job, using)
-        _on_commit_scheduled([job], using)
+    with tracing.producer("schedule", spec.queue, spec.job_type) as sent:
+        if spec.key is None:
+            # No constraint can fail: a plain INSERT in the caller's transaction (or autocommit).
+            job = spec.new_job()
+            sent.mark(job)
+            insert_job(job, using)
+            _on_commit_scheduled([job], using)
+        else:
+            with transaction.atomic(using=using):
+                job = _schedule_keyed(spec, using, sent)
+        sent.sent([job])
         return job
-    with transaction.atomic(using=using):
-        return _schedule_keyed(spec, using)
 
 
 def schedule_many(specs: Iterable[Mapping[str, Any]]) -> list[DelayedJob]:
@@ -102,7 +106,17 @@ def schedule_many(specs: Iterable[Mapping[str, Any]]) -> list[DelayedJob]:
         return []
     refuse_repeated_keys(built)
     using = jobs_database()
-    with transaction.atomic(using=using):
+    queues = {spec.queue for spec in built}
+    job_types = {spec.job_type for spec in built}
+    with (
+        tracing.producer(
+            "schedule",
+            next(iter(queues)) if len(queues) == 1 else None,
+            next(iter(job_types)) if len(job_types) == 1 else None,
+            count=len(built),
+        ) as sent,
+        transaction.atomic(using=using),
+    ):
         keyed = [spec for spec in built if spec.key is not None]
         holders = _lock_active_holders([spec.key for spec in keyed if spec.key], using)
         jobs_by_position: dict[int, DelayedJob] = {}
@@ -110,9 +124,11 @@ def schedule_many(specs: Iterable[Mapping[str, Any]]) -> list[DelayedJob]:
         for position, spec in enumerate(built):
             holder = holders.get(spec.key) if spec.key else None
             if holder is None:
-                fresh.append((position, spec.new_job()))
+                job = spec.new_job()
+                sent.mark(job)
+                fresh.append((position, job))
             else:
-                jobs_by_position[position] = _replace(holder, spec, using)
+                jobs_by_position[position] = _replace(holder, spec, using, sent)
         created = [job for _position, job in fresh]
         try:
             with transaction.atomic(using=using):
@@ -160,7 +176,9 @@ def reschedule(
                 f"Cannot reschedule job {target.pk}: it is {target.status}; only a scheduled "
                 f"job moves."
             )
-        transitions.move(target, run_at=when)
+        with tracing.producer("reschedule", target.queue, target.job_type) as sent:
+            transitions.move(target, run_at=when, **sent.changes())
+            sent.sent([target])
         index_on_commit([_entry(target)], using, moved=True)
     return target
 
@@ -172,7 +190,9 @@ def retry(job: DelayedJob | int) -> DelayedJob:
         target = _select(job, None).first()
         if target is None:
             raise JobNotFound(f"Job {_describe(job, None)} does not exist.")
-        transitions.retry(target)
+        with tracing.producer("retry", target.queue, target.job_type) as sent:
+            transitions.retry(target, **sent.changes())
+            sent.sent([target])
         index_on_commit([_entry(target)], using)
     return target
 
@@ -180,15 +200,16 @@ def retry(job: DelayedJob | int) -> DelayedJob:
 # Keys -------------------------------------------------------------------------------
 
 
-def _schedule_keyed(spec: JobSpec, using: str) -> DelayedJob:
+def _schedule_keyed(spec: JobSpec, using: str, sent: tracing.Sent) -> DelayedJob:
     assert spec.key is not None
     # Twice at most: with replace=True, losing the race to insert means another
     # transaction just committed a job holding the key, and that is the one to move.
     for attempt in range(2):
         holder = _lock_active_holders([spec.key], using).get(spec.key)
         if holder is not None:
-            return _replace(holder, spec, using)
+            return _replace(holder, spec, using, sent)
         job = spec.new_job()
+        sent.mark(job)
         try:
             with transaction.atomic(using=using):
                 insert_job(job, using)
@@ -209,7 +230,7 @@ def _lock_active_holders(keys: list[str], using: str) -> dict[str, DelayedJob]:
     return {job.key: job for job in holders if job.key}
 
 
-def _replace(holder: DelayedJob, spec: JobSpec, using: str) -> DelayedJob:
+def _replace(holder: DelayedJob, spec: JobSpec, using: str, sent: tracing.Sent) -> DelayedJob:
     assert spec.key is not None
     if not spec.replace:
         raise DuplicateJob(spec.key, holder.pk)
@@ -220,7 +241,7 @@ def _replace(holder: DelayedJob, spec: JobSpec, using: str) -> DelayedJob:
             reason=f"it is {holder.status} and cannot be moved; schedule again once it ends",
         )
     previous = _entry(holder)
-    transitions.move(holder, **spec.replacement_fields())
+    transitions.move(holder, **spec.replacement_fields(), **sent.changes())
     if previous[1] != _entry(holder)[1]:  # another queue or lane: the old entry must go
         unindex_on_commit([previous], using)
     _on_commit_scheduled([holder], using, moved=True)

@@ -42,7 +42,7 @@ from django.db import DatabaseError, connections
 from redis import RedisError
 
 from delayjobs.conf import EXECUTORS, settings
-from delayjobs.core import metrics
+from delayjobs.core import metrics, tracing
 from delayjobs.core.db import drop_broken_connections
 from delayjobs.engine import preloader, presence
 from delayjobs.engine.claimer import Claims, PauseView
@@ -250,6 +250,12 @@ class Consumer:
                 self._preload_once()
             else:
                 self._after_first_turn = self._start_preloader
+        # OpenTelemetry's import (some 10 ms, when it is installed) runs in a thread of
+        # its own while the first turn waits on its claim's round trips, not before it
+        # (delayjobs.core.tracing): the first job then finds it done, or nearly. Joined
+        # at shutdown, like every thread of the consumer.
+        if not tracing.decided():
+            self._start_thread(tracing.decide, "delayjobs-tracing-import")
         try:
             self.loop()
         finally:

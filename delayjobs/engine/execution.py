@@ -9,7 +9,7 @@ import inspect
 import logging
 import time
 import traceback
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Awaitable, Callable, Generator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -19,7 +19,7 @@ from django.db import connections
 from django.dispatch import Signal
 
 from delayjobs import signals
-from delayjobs.core import clock, metrics
+from delayjobs.core import clock, metrics, tracing
 from delayjobs.core.db import close_old_connections
 from delayjobs.core.logfields import job_fields
 from delayjobs.engine.outcome_log import log_outcome
@@ -186,7 +186,13 @@ def opens_apart(job: DelayedJob) -> bool:
     )
 
 
-def run_claimed(job: DelayedJob, worker_id: str, *, log: bool = True) -> Outcome:
+def run_claimed(
+    job: DelayedJob,
+    worker_id: str,
+    *,
+    log: bool = True,
+    trace_carrier: Mapping[str, Any] | None = None,
+) -> Outcome:
     """Execute one claimed job in this thread and say how it ended; never raises.
 
     An async job type's body runs to its end here too, on an event loop of this thread's
@@ -194,22 +200,30 @@ def run_claimed(job: DelayedJob, worker_id: str, *, log: bool = True) -> Outcome
     loop instead (``run_claimed_async``). The steps around the body are ``Attempt``'s.
     ``log``: log the line that says how it ended (else the caller does: the consumer's
     recorder logs the lines of a batch, off the threads that run jobs).
+    ``trace_carrier``: the trace context a Celery task's headers carried (else the row's).
     """
-    attempt = Attempt(job, worker_id, log=log)
+    attempt = Attempt(job, worker_id, log=log, trace_carrier=trace_carrier)
     jobtype = attempt.open()
     if jobtype is None:
         return attempt.outcome()
     try:
-        value = jobtype.execute(job)
-        if inspect.isawaitable(value):
-            value = async_to_sync(_awaited)(value)
+        # The attempt's span is current while the body runs (an async body too: asgiref
+        # copies this context to the loop it runs on), so the body's spans are its children.
+        with attempt.traced():
+            value = jobtype.execute(job)
+            if inspect.isawaitable(value):
+                value = async_to_sync(_awaited)(value)
     except BaseException as exc:  # a job's SystemExit must not end the consumer
         return attempt.close(error=exc)
     return attempt.close(value)
 
 
 async def run_claimed_async(
-    job: DelayedJob, worker_id: str, opener: Opener | None = None, *, log: bool = True
+    job: DelayedJob,
+    worker_id: str,
+    opener: Opener | None = None,
+    *,
+    log: bool = True,
 ) -> Outcome:
     """``run_claimed`` for an async job type, on the running event loop: the same steps,
     with the body awaited. ``opener`` runs ``Attempt.open`` (user code: ``should_run``,
@@ -225,7 +239,8 @@ async def run_claimed_async(
     if jobtype is None:
         return attempt.outcome()
     try:
-        value = await jobtype.execute(job)
+        with attempt.traced():  # this task's own context: the span is current in the body
+            value = await jobtype.execute(job)
     except BaseException as exc:  # its cancellation too: see the local executor
         return attempt.close(error=exc)
     return attempt.close(value)
@@ -245,10 +260,22 @@ class Attempt:
     from what the body returned or raised. Sync and async bodies share every step."""
 
     def __init__(
-        self, job: DelayedJob, worker_id: str, *, connections: bool = True, log: bool = True
+        self,
+        job: DelayedJob,
+        worker_id: str,
+        *,
+        connections: bool = True,
+        log: bool = True,
+        trace_carrier: Mapping[str, Any] | None = None,
     ) -> None:
         self._steps = _attempt(job, worker_id, connections, log, self)
         self._outcome: Outcome | None = None
+        self.trace_carrier = trace_carrier
+        # What the limited claim found this job held for (None: no fleet-wide limit).
+        wait = job.limit_wait
+        self.limit_wait_ms = None if wait is None else wait.total_seconds() * 1000
+        #: Its CONSUMER span (None: tracing is off), made by ``open``, ended with its outcome.
+        self.span: tracing.Processing | None = None
         #: Left without an end (its task cancelled while ``open`` ran elsewhere): when the
         #: garbage collector closes its steps, there is nothing to decide or log.
         self.abandoned = False
@@ -274,6 +301,10 @@ class Attempt:
         assert self._outcome is not None, "the attempt has not ended"
         return self._outcome
 
+    def traced(self) -> contextlib.AbstractContextManager[None]:
+        """Makes its span the current one, around its body."""
+        return contextlib.nullcontext() if self.span is None else self.span.current()
+
 
 def _attempt(
     job: DelayedJob, worker_id: str, connections: bool, log: bool, attempt: Attempt
@@ -289,10 +320,21 @@ def _attempt(
     retry_at = None
     result: Any = None
     skipped = expired = False
+    failure: BaseException | None = None
     # The job's own queries get request semantics: CONN_MAX_AGE applies around each job.
     if connections:
         close_old_connections()
     started = clock.now()
+    span = attempt.span = tracing.processing(
+        job,
+        worker_id,
+        lateness_ms=(started - job.run_at).total_seconds() * 1000,
+        schedule=schedule_name_of(job.key),
+        carrier=attempt.trace_carrier,
+        limit_wait_ms=attempt.limit_wait_ms,
+    )
+    if span is not None:
+        tracing.attach(job, span)
     try:
         jobtype = registry.get(job.job_type)
         if _too_late(job, jobtype, started):
@@ -316,18 +358,22 @@ def _attempt(
         # The work is done, its side effects happened: running it again would repeat them.
         error = describe(exc)
         tb = storable(traceback.format_exc())
+        failure = exc
     except BaseException as exc:  # a job's SystemExit must not end the consumer
         if attempt.abandoned and isinstance(exc, GeneratorExit):
+            if span is not None:
+                span.finish(None)  # timed out or stopped before its body: no outcome here
             raise  # closed unended (see Attempt.abandoned): no outcome, no log line
         retry_at = retry_at_after(job, exc)  # first: it may add a note to the traceback
         error = describe(exc)
         tb = storable(traceback.format_exc())
+        failure = exc
     finished = clock.now()
     if log:
         log_outcome(job, started, finished, error, retry_at, skipped=skipped, expired=expired)
     if connections:
         close_old_connections()
-    return Outcome(
+    outcome = Outcome(
         job=job,
         worker_id=worker_id,
         started_at=started,
@@ -339,6 +385,9 @@ def _attempt(
         skipped=skipped,
         expired=expired,
     )
+    if span is not None:
+        span.finish(outcome.attempt_outcome.value, failure)
+    return outcome
 
 
 def max_lateness_of(job: DelayedJob, jobtype: JobType) -> timedelta | None:

@@ -15,7 +15,7 @@ from django.db import DatabaseError
 
 from delayjobs import transitions
 from delayjobs.conf import settings
-from delayjobs.core import clock
+from delayjobs.core import clock, tracing
 from delayjobs.engine.claimer import Claims
 from delayjobs.engine.execution import LOCKED_RETRY
 from delayjobs.engine.limited import claim_limited
@@ -117,7 +117,9 @@ class DatabaseFetcher:
         if now < self._next_reap:
             return
         self._next_reap = now + interval
-        reaped = transitions.reap_expired_leases(clock.now())
+        with tracing.internal("delayjobs reap") as span:
+            reaped = transitions.reap_expired_leases(clock.now())
+            span.count(reaped=len(reaped))
         if reaped:
             logger.warning(
                 "Consumer %s: returned %d job(s) whose lease expired to the schedule.",

@@ -24,7 +24,7 @@ from redis import RedisError
 
 from delayjobs.api import schedule
 from delayjobs.conf import settings
-from delayjobs.core import clock, metrics
+from delayjobs.core import clock, metrics, tracing
 from delayjobs.core.db import drop_broken_connections
 from delayjobs.exceptions import DuplicateJob, InvalidJob
 from delayjobs.index.store import RedisStore, get_store
@@ -72,10 +72,22 @@ def preload(*, store: RedisStore | None = None, now: datetime | None = None) -> 
 
 
 def _pass(store: RedisStore, now: datetime) -> PassResult:
+    # One span per pass (none per job); planned jobs' send spans are its children.
+    with tracing.internal("delayjobs preload") as span:
+        result = _traced_pass(store, now)
+        span.count(
+            reaped=result.reaped, planned=result.planned, ticks=result.ticks, loaded=result.loaded
+        )
+        return result
+
+
+def _traced_pass(store: RedisStore, now: datetime) -> PassResult:
     started = time.perf_counter()
     result = PassResult()
     horizon = now + settings.PRELOAD_WINDOW
-    rescheduled = reap_expired_leases(now)
+    with tracing.internal("delayjobs reap", root=False) as reaping:
+        rescheduled = reap_expired_leases(now)
+        reaping.count(reaped=len(rescheduled))
     result.reaped = len(rescheduled)
     prune_starts()
     for jobtype in registry:

@@ -17,7 +17,7 @@ import traceback
 from collections import Counter
 from types import FrameType
 
-from delayjobs.core import clock
+from delayjobs.core import clock, tracing
 from delayjobs.core.logfields import job_fields
 from delayjobs.engine.execution import (
     Running,
@@ -119,6 +119,7 @@ class TimeOuts:
             timed_out=True,
         )
         self.recorder.put(outcome)
+        tracing.timed_out(job, exc)  # its span ends now, whenever its body returns
         # Receivers are user code: not on this thread, which claims for every queue.
         threading.Thread(target=signal_outcome_apart, args=(outcome,), daemon=True).start()
         logger.warning(

@@ -22,6 +22,7 @@ from ninja import Path, Query, Router, Status
 from pydantic import BaseModel
 
 from delayjobs import api
+from delayjobs.core import tracing
 from delayjobs.exceptions import DuplicateJob, InvalidTransition, JobNotFound, UnknownJobType
 from delayjobs.http import schemas
 from delayjobs.http.auth import MAX_BODY_BYTES, MAX_BULK_BODY_BYTES, Identity, access
@@ -82,7 +83,8 @@ def operation(
 def in_transaction(view: View) -> View:
     @functools.wraps(view)
     def run(request: HttpRequest, **values: Any) -> Any:
-        with transaction.atomic(using=jobs_database()):
+        # A POST sends jobs: their send span continues the caller's trace (traceparent).
+        with tracing.continued(request.headers), transaction.atomic(using=jobs_database()):
             return view(request, **values)
 
     return run

@@ -169,6 +169,15 @@ class DelayedJob(models.Model):
         blank=True,
         help_text=_("The fleet-wide limit this job counts against: its group, and its key."),
     )
+    # The W3C Trace Context of the span that scheduled (or rescheduled, retried) the job:
+    # {"traceparent": ..., "tracestate": ...}. An attempt days later continues that trace
+    # (delayjobs.core.tracing). NULL: scheduled untraced, or by a release without tracing.
+    trace_context = models.JSONField(
+        _("trace context"),
+        null=True,
+        blank=True,
+        help_text=_("The W3C trace context of the span that scheduled the job."),
+    )
     # The domain object the job is about (schedule(..., obj=instance)), if any: shown on
     # that object's admin page. A generic relation, so any model can have jobs; the
     # object may be deleted later, and its jobs' history stays.

@@ -57,9 +57,10 @@ def move(job: DelayedJob, **changes: Any) -> DelayedJob:
     return job
 
 
-def retry(job: DelayedJob) -> DelayedJob:
+def retry(job: DelayedJob, **more: Any) -> DelayedJob:
     """``failed | cancelled | succeeded -> scheduled``, due now, with a fresh attempt budget.
 
+    ``more``: other fields to write with it (the trace context of the span that retries it).
     Its history (attempt rows) stays. Raises ``DuplicateJob`` if another active job took
     its key meanwhile, ``InvalidTransition`` if it is scheduled or running.
     """
@@ -74,6 +75,7 @@ def retry(job: DelayedJob) -> DelayedJob:
         "lease_expires_at": None,
         "worker_id": "",
         "result": None,
+        **more,
     }
     try:
         with transaction.atomic(using=jobs_database()):

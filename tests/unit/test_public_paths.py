@@ -22,6 +22,7 @@ from django.utils.module_loading import import_string
 
 import delayjobs
 from delayjobs import exceptions
+from delayjobs.core import tracing
 
 REPO = Path(__file__).resolve().parents[2]
 DOCUMENTS = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
@@ -103,7 +104,11 @@ def documented_paths() -> list[str]:
             found.update(f"{module}.{name.strip()}" for name in names.split(",") if name.strip())
         if re.search(r"^\s*import delayjobs\s*$", text, re.M):
             found.add("delayjobs")
-    return sorted(p for p in found if not CHECK_ID.fullmatch(p) and not _permission(p))
+    return sorted(
+        p
+        for p in found
+        if not CHECK_ID.fullmatch(p) and not _permission(p) and p not in tracing.OWN_ATTRIBUTES
+    )
 
 
 def resolve(path: str) -> Any:

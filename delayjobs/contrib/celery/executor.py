@@ -39,7 +39,7 @@ from django.db import DatabaseError
 from delayjobs import transitions
 from delayjobs.contrib.celery import broker
 from delayjobs.contrib.celery.broker import BrokerUnavailable, PublishBackoff
-from delayjobs.core import clock
+from delayjobs.core import clock, tracing
 from delayjobs.core.logfields import job_fields
 from delayjobs.engine.execution import Running, describe, time_to_run_of
 from delayjobs.engine.executors import ThreadedExecutor
@@ -75,6 +75,9 @@ def dispatch(job: DelayedJob, claimed_by: str) -> None:
             args=(job.pk, job.attempts, claimed_by, job.claimed_at.isoformat()),
             # Past its lease the claim is void anyway: a stale message is not worth running.
             expires=time_to_run_of(job).total_seconds(),
+            # The trace context stored with the job, for the worker's process span (the
+            # worker reads the row anyway; the headers are where messaging carries it).
+            headers=tracing.celery_headers(job),
         )
     except Exception as exc:  # kombu's errors vary by transport; all mean "not published"
         raise BrokerUnavailable(describe(exc)) from exc

@@ -11,11 +11,13 @@ import os
 import threading
 import time
 from datetime import timedelta
+from typing import Any
 
 from django.db import InterfaceError, OperationalError, connections
 from django.utils.dateparse import parse_datetime
 
 from delayjobs import transitions
+from delayjobs.core import tracing
 from delayjobs.engine.execution import run_claimed, signal_outcome, time_to_run_of
 from delayjobs.engine.limited import release_slots
 from delayjobs.index.handoff import index_due_soon
@@ -34,9 +36,17 @@ MIN_HEARTBEAT = 0.5
 
 
 def run_dispatched(
-    job_id: int, attempt: int, claimed_by: str, claimed_at: str, worker_id: str
+    job_id: int,
+    attempt: int,
+    claimed_by: str,
+    claimed_at: str,
+    worker_id: str,
+    trace_headers: dict[str, str] | None = None,
 ) -> str:
-    """The body of ``delayjobs.tasks.execute``; says what happened, for Celery's log."""
+    """The body of ``delayjobs.tasks.execute``; says what happened, for Celery's log.
+
+    ``trace_headers``: the W3C trace context the task's headers carried, the parent of
+    the attempt's span (None: the one stored with the job, if any)."""
     claimed = parse_datetime(claimed_at)
     if claimed is None:
         raise ValueError(f"claimed_at {claimed_at!r} is not an ISO 8601 datetime")
@@ -73,7 +83,7 @@ def run_dispatched(
         )
         return "stale"
     with _Heartbeat(job, worker_id, time_to_run):
-        outcome = run_claimed(job, worker_id)
+        outcome = run_claimed(job, worker_id, trace_carrier=trace_headers)
     if not _record(outcome):
         logger.warning(
             "Job %s attempt %d returned after its lease had expired (it ran past its "
@@ -165,6 +175,19 @@ def _record(outcome: Outcome) -> bool:
     # recorder does.
     release_slots([outcome.job])
     return True
+
+
+def trace_headers(request: Any) -> dict[str, str] | None:
+    """The job's W3C trace context, as a task's request (Celery's ``task.request``) carries
+    it (``tracing.CELERY_HEADERS``): custom headers are attributes of the request, or in
+    its ``headers`` (by protocol)."""
+    headers = getattr(request, "headers", None) or {}
+    found = {}
+    for field, name in tracing.CELERY_HEADERS.items():
+        value = getattr(request, name, None) or headers.get(name)
+        if isinstance(value, str):
+            found[field] = value
+    return found or None
 
 
 def celery_worker_id(hostname: str | None) -> str:
