@@ -81,10 +81,8 @@ class Running:
 
 
 def due_ns(job: DelayedJob) -> int:
-    """``job.run_at`` in nanoseconds since the epoch, exactly (no float rounding); or, for
-    a job a rate admitted, the start its limit counted, if later."""
-    start = job.run_at if job.limit_start is None else max(job.run_at, job.limit_start)
-    return (start - _EPOCH) // _MICROSECOND * 1000
+    """``job.run_at`` in nanoseconds since the epoch, exactly (no float rounding)."""
+    return (job.run_at - _EPOCH) // _MICROSECOND * 1000
 
 
 def wait_until(moment_ns: int) -> None:

@@ -200,9 +200,6 @@ class DelayedJob(models.Model):
     #: (set by the limited claim; None for a type without limits). The attempt row records
     #: it (``JobAttempt.limit_wait``); tracing may read it from the job in flight.
     limit_wait: timedelta | None = None
-    #: Not a column: when the limited claim counted this job's start under a rate; its
-    #: thread starts it then, not before (None: at its run_at, as any job).
-    limit_start: datetime | None = None
 
     class Meta:
         verbose_name = _("delayed job")

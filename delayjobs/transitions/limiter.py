@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from django.db import connections, transaction
 from django.db.models import Count, F, Window
@@ -36,31 +36,32 @@ from delayjobs.core.db import text_array
 from delayjobs.jobtypes import limits_of, registry
 from delayjobs.limits import Limits
 from delayjobs.models import DelayedJob, JobStatus, LimitStart, jobs_database
-from delayjobs.transitions.claims import CLAIM_TOLERANCE, claim, paused_rows
+from delayjobs.transitions.claims import CLAIM_TOLERANCE, Candidate, claim, paused_rows
 
-#: A job admitted by a rate starts this long after its claim decided, at that very moment
-#: (its thread waits for it, as for a run_at): the start the window counts is then the
-#: start that happens, not one followed by a hand-off of varying length (the rest of the
-#: claim's transaction, its commit, a thread taking the job: 10 to 150 ms on a loaded
-#: machine), which would let more than the rate's count begin in some window.
-START_DELAY = timedelta(milliseconds=50)
-#: And a start occupies its window this much longer than the window (at most a tenth of
-#: it): threads woken together begin their jobs some milliseconds apart (the GIL, the
-#: attempt's own steps), up to about 100 ms on a loaded host, which would otherwise let a
-#: start late by that much share a window with the next window's first starts.
-RATE_GUARD = timedelta(milliseconds=100)
+#: A start occupies its window this much longer than the window (at most a fifth of it).
+#: The start counted is the claim's moment on the database clock; the body begins a
+#: hand-off later (the rest of the claim's transaction, its commit, a thread taking the
+#: job, the GIL: 10 to 150 ms on a loaded machine). Claims of a key are serialized, so the
+#: counted starts are in order; a body that begins at most this much after its counted
+#: start can then never share a window of starts with more than the rate's count. A start
+#: is not delayed to line bodies up: where the rate has room, a job starts as promptly as
+#: any; the guard costs only a rate that binds (20 per 1.15 s for Rate(20, per=1 s)).
+RATE_GUARD = timedelta(milliseconds=150)
 
 
 @dataclass(frozen=True)
-class Held:
-    """A due job its limit did not admit: left ``scheduled``, unchanged."""
+class LimitedRow(Candidate):
+    """A due job of a type with limits, as the limited claim sees it."""
 
-    pk: int
-    queue: str
-    job_type: str
     limit_key: str
     priority: int
     run_at: datetime
+
+
+@dataclass(frozen=True)
+class Held(LimitedRow):
+    """A due job its limit did not admit: left ``scheduled``, unchanged."""
+
     #: Epoch seconds (database clock) when the rate window frees a start for its key, if
     #: the rate is what holds it; None if it waits for a slot (a running job to end).
     free_at: float | None
@@ -77,13 +78,7 @@ class LimitedClaim:
 
 
 @dataclass(frozen=True)
-class _Candidate:
-    pk: int
-    queue: str
-    job_type: str
-    limit_key: str
-    priority: int
-    run_at: datetime
+class _Candidate(LimitedRow):
     expired: bool
     #: Scheduled before its type had limits: the claim writes the key it is counted under.
     keyless: bool
@@ -143,8 +138,6 @@ def claim_limited(
         for job in jobs:
             start = starts[job.pk]
             job.limit_wait = timedelta(seconds=max(0.0, start - job.run_at.timestamp()))
-            if limits[job.job_type].rate is not None:
-                job.limit_start = datetime.fromtimestamp(start, UTC)
         won = {job.pk for job in jobs}
         _record_starts(
             [(c, start) for c, start in admitted if c.pk in won and not c.expired], limits, database
@@ -257,12 +250,10 @@ def _admit(
         by_key[candidate.limit_key].append(candidate)
     limits_of_key = {key: limits[group[0].job_type] for key, group in by_key.items()}
     running = running_counts(list(by_key), database)
-    # A start is counted from when it happens: the new ones at moment + START_DELAY at the
-    # earliest, so any start after that less one window shares a window with them.
+    # The new starts count from ``moment``: any start after that less one window (and its
+    # guard) shares a window with them.
     since = {
-        key: moment + START_DELAY.total_seconds() - _window(lim)
-        for key, lim in limits_of_key.items()
-        if lim.rate is not None
+        key: moment - _window(lim) for key, lim in limits_of_key.items() if lim.rate is not None
     }
     windows = window_starts(since, database)
     admitted: list[tuple[_Candidate, float]] = []
@@ -275,9 +266,8 @@ def _admit(
         )
         starts = windows.get(key, [])
         tokens = lim.rate.count - len(starts) if lim.rate is not None else len(group)
-        delay = START_DELAY.total_seconds() if lim.rate is not None else 0.0
         for candidate in group:  # by priority, then run_at (the query's order)
-            start = max(moment + delay, candidate.run_at.timestamp())
+            start = max(moment, candidate.run_at.timestamp())
             if candidate.expired and slots > 0:
                 # Past its max_lateness: claimed only to be recorded expired; it takes a
                 # slot until then, but no start, as it never runs.
@@ -310,7 +300,7 @@ def _admit(
 def _window(limits: Limits) -> float:
     """How long a start counts against its key's rate: its window, and the guard."""
     per = limits.rate.per if limits.rate is not None else timedelta(0)
-    return (per + min(RATE_GUARD, per / 10)).total_seconds()
+    return (per + min(RATE_GUARD, per / 5)).total_seconds()
 
 
 def running_counts(keys: list[str], database: str) -> dict[str, int]:

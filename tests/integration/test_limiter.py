@@ -47,7 +47,7 @@ from delayjobs.exceptions import InvalidJob
 from delayjobs.jobtypes import JobType, registry
 from delayjobs.models import DelayedJob, JobAttempt, JobStatus, LimitStart
 from delayjobs.transitions import Outcome, record_outcomes
-from delayjobs.transitions.limiter import RATE_GUARD, START_DELAY
+from delayjobs.transitions.limiter import RATE_GUARD
 
 pytestmark = pytest.mark.django_db
 
@@ -93,7 +93,6 @@ def limited_types() -> Iterator[None]:
 _tokens = itertools.count(1)
 #: The database's clock as the tests move it: after every due job's run_at.
 T = time.time() + 100.0
-DELAY = START_DELAY.total_seconds()
 #: How long a start of Keyed's rate (1 s) counts: the window and its guard.
 WINDOW = 1.0 + RATE_GUARD.total_seconds()
 
@@ -223,20 +222,18 @@ def test_the_rate_window_slides_and_says_when_a_start_frees() -> None:
     finish(second.jobs)
     assert len(first.jobs) + len(second.jobs) == 3
     held = claim([jobs[3].pk], at=T + 0.9)
-    # The first start happened at T + START_DELAY: a start frees one window after it.
-    free = T + DELAY + WINDOW
+    # The first start counted at T: a start frees one window (and guard) after it.
+    free = T + WINDOW
     assert held.jobs == [] and [h.free_at for h in held.held] == [pytest.approx(free)]
-    assert claim([jobs[3].pk], at=free - DELAY - 0.001).jobs == []
-    (last,) = claim([jobs[3].pk], at=free - DELAY).jobs
-    # Its thread starts it when its start was counted: one window (and guard) after the first.
-    assert last.limit_start.timestamp() == pytest.approx(free)
+    assert claim([jobs[3].pk], at=free - 0.001).jobs == []
+    (last,) = claim([jobs[3].pk], at=free).jobs
+    assert last.limit_wait == timedelta(seconds=free - last.run_at.timestamp())
 
 
 def test_the_limit_wait_is_kept_on_the_job_and_recorded_on_its_attempt() -> None:
     job = due(Whole.name, ago=2)
     (claimed,) = claim([job.pk], at=job.run_at.timestamp() + 1.5).jobs
     assert claimed.limit_wait == timedelta(seconds=1.5)
-    assert claimed.limit_start is None  # no rate: it starts at once
     finish([claimed])
     assert JobAttempt.objects.get(job=job).limit_wait == timedelta(seconds=1.5)
     plain = delayjobs.schedule("tests.scripted")
@@ -279,7 +276,7 @@ class Model:
 
     def admit(self, key: str, at: float) -> list[int]:
         """What a claim of every waiting job of ``key`` at ``at`` must admit."""
-        window = [s for s in self.starts.get(key, []) if s > at + DELAY - self.per]
+        window = [s for s in self.starts.get(key, []) if s > at - self.per]
         room = min(self.concurrency - len(self.running.get(key, set())), self.rate - len(window))
         order = sorted(self.waiting.get(key, []), key=lambda w: (-w[1], w[2], w[0]))
         return [pk for pk, _priority, _run_at in order[: max(room, 0)]]
@@ -315,7 +312,7 @@ class LimiterMachine(RuleBasedStateMachine):
             w for w in self.model.waiting.get(key, []) if w[0] not in expected
         ]
         self.model.running.setdefault(key, set()).update(expected)
-        self.model.starts.setdefault(key, []).extend([self.at + DELAY] * len(expected))
+        self.model.starts.setdefault(key, []).extend([self.at] * len(expected))
         self.jobs.update({job.pk: job for job in result.jobs})
 
     @precondition(lambda self: any(self.model.running.values()))

@@ -71,7 +71,10 @@ _SHARED: dict[str, dict[str, float]] = {
         "cmds_fixed": 0,
     },
     "schedule_many": {
-        "db": 0.02,
+        # On SQLite, INSERTs of as many rows as its 999 parameters take: 43 rows of the
+        # job's 23 columns, so 5 statements for 200 jobs and 10 for 400: 0.025 a job, which
+        # the test's figures, to two places, show as 0.03.
+        "db": 0.03,
         "redis": 0.0,
         "cmds": 0.0,
         "db_fixed": 5,
