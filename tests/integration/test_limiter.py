@@ -225,9 +225,13 @@ def test_the_rate_window_slides_and_says_when_a_start_frees() -> None:
     # The first start counted at T: a start frees one window (and guard) after it.
     free = T + WINDOW
     assert held.jobs == [] and [h.free_at for h in held.held] == [pytest.approx(free)]
+    # A millisecond either side of it: the window's edge itself is a float subtraction
+    # away from T, which rounds either way.
     assert claim([jobs[3].pk], at=free - 0.001).jobs == []
-    (last,) = claim([jobs[3].pk], at=free).jobs
-    assert last.limit_wait == timedelta(seconds=free - last.run_at.timestamp())
+    (last,) = claim([jobs[3].pk], at=free + 0.001).jobs
+    assert last.limit_wait.total_seconds() == pytest.approx(
+        free + 0.001 - last.run_at.timestamp(), abs=1e-6
+    )
 
 
 def test_the_limit_wait_is_kept_on_the_job_and_recorded_on_its_attempt() -> None:
