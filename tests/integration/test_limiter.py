@@ -91,8 +91,10 @@ def limited_types() -> Iterator[None]:
 
 
 _tokens = itertools.count(1)
-#: The database's clock as the tests move it: after every due job's run_at.
-T = time.time() + 100.0
+#: The database's clock as the tests move it: after every due job's run_at (real time less
+#: a few seconds), however long after this module's import a test runs: a day ahead, as a
+#: worker of a long suite may import it many minutes before it runs a test of it.
+T = time.time() + 86_400.0
 #: How long a start of Keyed's rate (1 s) counts: the window and its guard.
 WINDOW = 1.0 + RATE_GUARD.total_seconds()
 
