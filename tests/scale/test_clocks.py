@@ -11,6 +11,7 @@ still renews. Before that clock, a consumer 3 s fast started jobs up to 3 s earl
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from tests.consumers import check_alive
@@ -65,6 +66,19 @@ def check_timing(run: FaultRun, executions: list[Execution]) -> None:
     )
 
 
+def wait_offsets(
+    run: FaultRun, workers: list[str], timeout: float = 30.0
+) -> dict[str, float | None]:
+    """The offsets once every one of ``workers`` has reported one: a consumer writes its
+    heartbeat row after its first claim, which may come after it listens."""
+    deadline = time.monotonic() + timeout
+    measured = offsets(run)
+    while any(measured.get(worker) is None for worker in workers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+        measured = offsets(run)
+    return measured
+
+
 def offsets(run: FaultRun) -> dict[str, float | None]:
     """Each live consumer's clock offset as its heartbeat row reports it."""
     rows = run.query('SELECT worker_id, clock_offset FROM "delayjobs_consumer"')
@@ -86,7 +100,7 @@ def test_consumers_60_s_fast_and_slow_start_nothing_early_and_keep_leases(
         env={SKEW_FILE_ENV: str(skew_file(tmp_path, "slow", -60))},
     )
     run.wait_listening([fast, slow])
-    measured = offsets(run)
+    measured = wait_offsets(run, ["fast-60s", "slow-60s"])
     # The heartbeat row says how far each host's clock is from the server's.
     fast_offset, slow_offset = measured.get("fast-60s"), measured.get("slow-60s")
     run.check(
