@@ -127,7 +127,8 @@ fi
 # tests wait on consumer processes, so more workers than the 2 CPUs pay. `-n 0` in the args
 # runs them in one process. Each log is printed whole when its run ends, never interleaved;
 # meanwhile `tail -f` follows it.
-XDIST=(--dist worksteal)
+# The slowest tests of each run are listed at its end: where the suite's time goes.
+XDIST=(--dist worksteal --durations=15)
 postgres_suite() {
     header "pytest on PostgreSQL"
     DELAYJOBS_TEST_DB=postgres run_pytest "${XDIST[@]}" -n 4 \

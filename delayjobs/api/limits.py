@@ -10,7 +10,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db.models import Count, Q
+from django.db.models import Count, Q, Sum
 
 from delayjobs.core.display import format_duration
 from delayjobs.jobtypes import limits_of, registry
@@ -88,7 +88,7 @@ def limit_usage(now: datetime) -> list[LimitUsage]:
             LimitStart.objects.filter(in_group, started__gt=since)
             .order_by()
             .values_list("limit_key")
-            .annotate(n=Count("pk"))
+            .annotate(n=Sum("count"))
         )
     usage = []
     for stored in sorted(set(running) | set(waiting) | set(starts)):

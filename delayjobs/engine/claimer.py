@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from delayjobs.conf import settings
+from delayjobs.conf import MAX_CLAIM_AHEAD, settings
 from delayjobs.core import clock
 from delayjobs.engine.executors import Executor
 from delayjobs.engine.inflight import InFlight
@@ -18,6 +18,14 @@ from delayjobs.pauses import Paused
 from delayjobs.pauses import paused as read_pauses  # "paused" names a local below
 
 logger = logging.getLogger("delayjobs.consumer")
+
+#: The limited claim takes several times the plain claim's round trips (three statements
+#: and a commit under its keys' locks, and the claims of one key from every consumer queue
+#: behind each other): its jobs are claimed this many times further ahead, so that the
+#: claim is out of the way when they are due, as ``CLAIM_AHEAD`` does for the plain claim.
+#: A job claimed ahead holds its slot from the claim, and its rate's start counts at its
+#: run_at; a backlog (jobs already due) is claimed as before.
+LIMITED_AHEAD_FACTOR = 5
 
 
 class PauseView:
@@ -78,6 +86,17 @@ class Claims:
     #: (``delayjobs.engine.limited``), every other job the plain one, as before.
     limited: frozenset[str] = frozenset()
     _last_claim: datetime | None = field(default=None, init=False)
+
+    @property
+    def limited_ahead(self) -> timedelta:
+        """How early jobs of limited types are claimed: LIMITED_AHEAD_FACTOR times
+        ``ahead`` (none if ``ahead`` is none), at most MAX_CLAIM_AHEAD."""
+        return min(self.ahead * LIMITED_AHEAD_FACTOR, MAX_CLAIM_AHEAD)
+
+    def ahead_of(self, job_type: str | None) -> float:
+        """How early, in seconds, a job of ``job_type`` is claimed (None: a queue's lane,
+        of types without limits)."""
+        return (self.limited_ahead if job_type in self.limited else self.ahead).total_seconds()
 
     def claim_time(self) -> datetime:
         """Now, but strictly after the previous claim: the claim's token (see ``claim``)."""

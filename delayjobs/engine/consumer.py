@@ -134,6 +134,7 @@ class Consumer:
                 settings.DATABASE_POLL_INTERVAL.total_seconds(),
                 ERROR_BACKOFF,
             ),
+            limited_types=limited_types(),
         )
         # Only a burst waits for the recorder (it ends once every outcome is written):
         # otherwise a written batch is no reason to wake the main loop.

@@ -56,14 +56,14 @@ class DatabaseFetcher:
                 default_lease=JobType.time_to_run,
             )
             claims.start(jobs)
-            idle = claims.inflight.idle_threads()
-            if limited_types and idle > 0:
+            room = max(map(claims.inflight.limited_room, limited_types), default=0)
+            if room > 0:
                 # Without Redis nothing parks a held job: it is simply asked about again
                 # at the next poll, or when a job of this consumer ends.
                 ids = transitions.due_limited_ids(
                     queues=open_queues,
                     job_types=limited_types,
-                    limit=idle,
+                    limit=room,
                     now=clock.now(),
                 )
                 jobs += claim_limited(claims, ids, park=False)[0]

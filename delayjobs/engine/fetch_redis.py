@@ -88,7 +88,7 @@ class RedisFetcher:
         """Pop what is due from the lanes, claim it, start it; how many were claimed."""
         popped: dict[int, tuple[str, float]] = {}  # id -> (lane, score)
         claims = self.claims
-        now = clock.epoch() + claims.ahead.total_seconds()
+        now = clock.epoch()
         backlog = False
         first = self._rotation
         self._rotation = (self._rotation + 1) % len(self.lanes)
@@ -101,10 +101,10 @@ class RedisFetcher:
                     continue
                 wanted = budget.room(queue, job_type)
                 if job_type in claims.limited:
-                    wanted = min(wanted, claims.inflight.idle_threads() - limited_taken)
+                    wanted = min(wanted, claims.inflight.limited_room(job_type) - limited_taken)
                 if wanted <= 0:
                     continue
-                taken, more_due = self.store.pop_due(name, now, wanted)
+                taken, more_due = self.store.pop_due(name, now + claims.ahead_of(job_type), wanted)
                 backlog = backlog or more_due
                 budget.spend(queue, job_type, len(taken))
                 if job_type in claims.limited:
@@ -244,9 +244,10 @@ class RedisFetcher:
         open_lanes = claims.inflight.open_lanes(self.lanes, claims.pauses.current)
         if free <= 0 or not open_lanes:
             return idle  # a finishing job wakes us
-        due = self.store.next_due(open_lanes)
+        scores = self.store.first_scores(open_lanes)
         self.fallback.redis_answered()
         now = clock.epoch()
+        due = min(scores.values(), default=None)
         if claims.burst and (due is None or due > now) and claims.idle():
             return None
         if not claims.burst and len(open_lanes) == len(self.lanes):
@@ -255,4 +256,8 @@ class RedisFetcher:
             claims.inflight.release_wakes_at(None)
         if due is None:
             return idle
-        return min(max(due - claims.ahead.total_seconds() - now, 0.0), idle)
+        # The next claim: the earliest due time less its lane's lead.
+        claim_at = min(
+            score - claims.ahead_of(split_lane(name)[1]) for name, score in scores.items()
+        )
+        return min(max(claim_at - now, 0.0), idle)

@@ -43,7 +43,14 @@ HandedOver = dict[int, tuple[Running, float]]
 class InFlight:
     """Executions this consumer claimed, their slots and threads, under one lock."""
 
-    def __init__(self, *, concurrency: int, slots: Slots, longest_sleep: float) -> None:
+    def __init__(
+        self,
+        *,
+        concurrency: int,
+        slots: Slots,
+        longest_sleep: float,
+        limited_types: Iterable[str] = (),
+    ) -> None:
         self.concurrency = concurrency
         self.slots = slots
         self._cond = threading.Condition()
@@ -71,6 +78,8 @@ class InFlight:
         # Running average of how long an execution takes, in seconds (None: none yet),
         # which decides how many jobs an idle thread is given at once (see PREFETCH).
         self._average_run: float | None = None
+        # The same, for each type with fleet-wide limits (see limited_room).
+        self._limited_average: dict[str, float | None] = dict.fromkeys(limited_types)
         self._stuck: set[Running] = set()  # timed out, their threads still busy
         self._processed = 0
 
@@ -125,22 +134,24 @@ class InFlight:
         waiting = self.slots.used - self._busy
         return max(min(self.slots.free(), idle * self.prefetch() - waiting), 0)
 
-    def idle_threads(self) -> int:
-        """Threads that would start a job claimed now at once: idle, less the jobs already
-        claimed and waiting for one. Jobs under a fleet-wide limit are claimed only for
-        these, never prefetched: a start is counted when it is admitted, so a job that
-        waited here for a thread would start later than its limit counted it."""
+    def limited_room(self, job_type: str) -> int:
+        """How many jobs of ``job_type``, a type with fleet-wide limits, may be claimed now:
+        as ``claimable``, but prefetched by that type's own average execution time, not
+        the consumer's. A limit counts a job from its claim (a slot) or its admission (a
+        rate's start), so a job of it may wait for a thread only as long as a short job
+        does: PREFETCH_BUDGET, well within a rate's guard. A slow limited type among fast
+        ones is claimed for idle threads only, and holds no slot while another consumer
+        has a thread free for it."""
         with self._cond:
-            # Busy threads hold a slot each, and so do the jobs waiting for a thread.
-            return max(self.concurrency - self.slots.used, 0)
+            idle = self.concurrency - self._busy
+            waiting = self.slots.used - self._busy
+            per_thread = _prefetch(self._limited_average.get(job_type))
+            return max(min(self.slots.free(), idle * per_thread - waiting), 0)
 
     def prefetch(self) -> int:
         """Jobs per idle thread: as many as fit PREFETCH_BUDGET by the average execution
         time, from 1 (nothing known yet, or slow jobs) to PREFETCH."""
-        average = self._average_run
-        if average is None:
-            return 1
-        return max(1, min(PREFETCH, int(PREFETCH_BUDGET / max(average, 1e-6))))
+        return _prefetch(self._average_run)
 
     def budget(self) -> Budget:
         """What one claim may take. Slots only ever free up meanwhile (the main loop alone
@@ -223,7 +234,7 @@ class InFlight:
         with self._cond:
             running.finished = True
             timed_out = running.timed_out
-            self._note_run_time(seconds)
+            self._note_run_time(running.job.job_type, seconds)
         return timed_out
 
     def abandon(self, running: Running) -> bool:
@@ -238,18 +249,16 @@ class InFlight:
         with self._cond:
             running.finished = True
             timed_out = running.timed_out
-            self._note_run_time(seconds)
+            self._note_run_time(running.job.job_type, seconds)
             if not timed_out:
                 self._hand_over(running)
         return timed_out
 
-    def _note_run_time(self, seconds: float) -> None:
-        """Fold one execution's duration into the average (call with the lock held)."""
-        average = self._average_run
-        if average is None:
-            self._average_run = seconds
-        else:
-            self._average_run = average + AVERAGE_WEIGHT * (seconds - average)
+    def _note_run_time(self, job_type: str, seconds: float) -> None:
+        """Fold one execution's duration into the averages (call with the lock held)."""
+        self._average_run = _fold(self._average_run, seconds)
+        if job_type in self._limited_average:
+            self._limited_average[job_type] = _fold(self._limited_average[job_type], seconds)
 
     def _hand_over(self, running: Running) -> None:
         job = running.job
@@ -382,3 +391,15 @@ class InFlight:
         """Nothing in flight or handed over, and ``pending()`` (outcomes unwritten) is 0."""
         with self._cond:
             return not self._in_flight and not self._handed_over and pending() == 0
+
+
+def _prefetch(average: float | None) -> int:
+    """Jobs per idle thread for jobs that take ``average`` seconds (None: not known yet)."""
+    if average is None:
+        return 1
+    return max(1, min(PREFETCH, int(PREFETCH_BUDGET / max(average, 1e-6))))
+
+
+def _fold(average: float | None, seconds: float) -> float:
+    """A running average with one more execution's duration."""
+    return seconds if average is None else average + AVERAGE_WEIGHT * (seconds - average)

@@ -47,7 +47,7 @@ def claim_limited(
         job_types=job_types,
         leases=claims.leases,
         default_lease=JobType.time_to_run,
-        ahead=claims.ahead,
+        ahead=claims.limited_ahead,
     )
     claims.start(result.jobs)
     for job in result.jobs:

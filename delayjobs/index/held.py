@@ -18,9 +18,6 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Iterable
-from typing import Any
-
-from redis.cluster import RedisCluster
 
 from delayjobs.index.keys import due_key, held_key, released_key, wake_channel
 from delayjobs.index.store import RedisStore, get_store
@@ -74,14 +71,13 @@ def hold(parked: dict[HeldGroup, list[tuple[int, float]]], *, decided_at: float,
     """
     if not parked:
         return 0
-    store = get_store()
-    pipe = store.client.pipeline(transaction=False)
+    calls = []
     for (lane_name, limit_key), entries in parked.items():
         argv: list[str] = [repr(decided_at), repr(now), repr(RELEASE_MARGIN)]
         for pk, order in entries:
             argv += [repr(order), str(pk)]
-        _run(store, pipe, HOLD_LUA, _keys(lane_name, limit_key), argv)
-    return sum(int(n) for n in pipe.execute())
+        calls.append((_keys(lane_name, limit_key), argv))
+    return _run(get_store(), HOLD_LUA, calls)
 
 
 def release(freed: Iterable[HeldGroup], *, now: float, store: RedisStore | None = None) -> int:
@@ -89,21 +85,24 @@ def release(freed: Iterable[HeldGroup], *, now: float, store: RedisStore | None 
     counts = Counter(freed)
     if not counts:
         return 0
-    store = store or get_store()
+    calls = [
+        (_keys(lane_name, limit_key), [str(n), repr(now), str(RELEASE_STAMP_TTL_MS)])
+        for (lane_name, limit_key), n in counts.items()
+    ]
+    return _run(store or get_store(), RELEASE_LUA, calls)
+
+
+def _run(store: RedisStore, script: str, calls: list[tuple[list[str], list[str]]]) -> int:
+    """Run ``script`` once per (keys, args); the sum of what the calls returned. One call
+    (the usual: one key's jobs ended) is sent alone: in a pipeline, redis-py would first
+    ask SCRIPT EXISTS, a round trip of its own."""
+    if len(calls) == 1:
+        keys, args = calls[0]
+        return int(store.call_script(store.client, script, keys, args))
     pipe = store.client.pipeline(transaction=False)
-    for (lane_name, limit_key), n in counts.items():
-        args = [str(n), repr(now), str(RELEASE_STAMP_TTL_MS)]
-        _run(store, pipe, RELEASE_LUA, _keys(lane_name, limit_key), args)
+    for keys, args in calls:
+        store.call_script(pipe, script, keys, args)
     return sum(int(n) for n in pipe.execute())
-
-
-def _run(store: RedisStore, pipe: Any, script: str, keys: list[str], args: list[str]) -> None:
-    """Queue a script on ``pipe``: EVALSHA (loaded again on NOSCRIPT), or on a Redis
-    Cluster EVAL with its text, as ``RedisStore.add`` does (its pipelines refuse EVALSHA)."""
-    if isinstance(store.client, RedisCluster):
-        pipe.execute_command("EVAL", script, len(keys), *keys, *args)
-    else:
-        store.client.register_script(script)(keys=keys, args=args, client=pipe)
 
 
 def _keys(lane_name: str, limit_key: str) -> list[str]:

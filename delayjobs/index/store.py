@@ -113,7 +113,7 @@ class RedisStore:
         # redis-py refuses EVALSHA in a cluster pipeline (it cannot load a missing script
         # on the right node there), so add() sends the script's text in that case.
         self._cluster = isinstance(self.client, RedisCluster)
-        self._add = self.client.register_script(ADD_LUA)
+        self._scripts: dict[str, Any] = {}  # text -> redis-py Script, made once each
         self._pop_due = self.client.register_script(POP_DUE_LUA)
         self._release = self.client.register_script(RELEASE_LOCK_LUA)
 
@@ -139,12 +139,22 @@ class RedisStore:
         return sum(int(n) for n in pipe.execute())
 
     def _add_call(self, client: Any, keys: list[str], chunk: list[str]) -> Any:
+        return self.call_script(client, ADD_LUA, keys, chunk)
+
+    def call_script(self, client: Any, script: str, keys: list[str], args: list[str]) -> Any:
+        """Run ``script`` on ``client`` (this store's client, or a pipeline of it).
+
+        A Script sends EVALSHA and, should the server answer NOSCRIPT, loads it again. On
+        a Redis Cluster, EVAL with the text: redis-py refuses EVALSHA in a cluster
+        pipeline, and no node can then answer NOSCRIPT (a new or restarted master has an
+        empty script cache). A script's keys are all in one slot (one lane's).
+        """
         if self._cluster:
-            # EVAL, not EVALSHA: no node can answer NOSCRIPT (a new or restarted master
-            # has an empty script cache). Both keys are in the lane's slot.
-            return client.execute_command("EVAL", ADD_LUA, len(keys), *keys, *chunk)
-        # A Script sends EVALSHA and, should the server answer NOSCRIPT, loads it again.
-        return self._add(keys=keys, args=chunk, client=client)
+            return client.execute_command("EVAL", script, len(keys), *keys, *args)
+        found = self._scripts.get(script)
+        if found is None:
+            found = self._scripts[script] = self.client.register_script(script)
+        return found(keys=keys, args=args, client=client)
 
     @_redis_errors
     def remove(self, entries: Iterable[IndexEntry]) -> None:
@@ -187,11 +197,19 @@ class RedisStore:
     @_redis_errors
     def next_due(self, lane_names: Iterable[str]) -> float | None:
         """The earliest score over some lanes (or queues), or None if all are empty."""
+        scores = self.first_scores(lane_names)
+        return min(scores.values()) if scores else None
+
+    @_redis_errors
+    def first_scores(self, lane_names: Iterable[str]) -> dict[str, float]:
+        """Each non-empty lane's (or queue's) earliest score; one round trip."""
+        names = list(lane_names)
         pipe = self.client.pipeline(transaction=False)
-        for lane_name in lane_names:
+        for lane_name in names:
             pipe.zrange(due_key(lane_name), 0, 0, withscores=True)
-        scores = [entry[0][1] for entry in pipe.execute() if entry]
-        return min(scores) if scores else None
+        return {
+            name: entry[0][1] for name, entry in zip(names, pipe.execute(), strict=True) if entry
+        }
 
     @_redis_errors
     def size(self, queue: str) -> int:

@@ -21,6 +21,7 @@ class Migration(migrations.Migration):
                 ),
                 ("limit_key", models.CharField(max_length=255, verbose_name="limit key")),
                 ("started", models.FloatField(verbose_name="started")),
+                ("count", models.PositiveIntegerField(default=1, verbose_name="count")),
             ],
             options={
                 "verbose_name": "limit start",

@@ -370,13 +370,17 @@ class JobAttempt(models.Model):
 
 
 class LimitStart(models.Model):
-    """One start of a job under a rate limit: the limited claim counts a key's starts in
-    the window, on the database's clock, and prunes those that left it."""
+    """Starts of jobs under a rate limit, one row per key and moment of a claim: the
+    limited claim sums a key's starts in the window, on the database's clock, and prunes
+    those that left it. (A row per claim, not per job: a claim admitting a thousand jobs
+    of a rate that has room writes one row, and the next claim sums a few.)"""
 
     limit_key = models.CharField(_("limit key"), max_length=LIMIT_KEY_MAX_LENGTH)
     #: Seconds since the epoch on the database server's clock, as the claim read it: a
     #: number, so every database compares it the same way, at microsecond precision.
     started = models.FloatField(_("started"))
+    #: How many jobs of the key started at that moment.
+    count = models.PositiveIntegerField(_("count"), default=1)
 
     objects = WriteDatabaseManager()
 

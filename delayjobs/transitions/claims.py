@@ -108,7 +108,7 @@ def _claim_skipping_locked(
     for name, ttl in leases.items():
         params += [name, ttl]
     params += [default_lease, JobStatus.SCHEDULED, cutoff, text_array(sorted(known))]
-    params += [PauseKind.QUEUE, PauseKind.JOB_TYPE]
+    params += NOT_PAUSED_PARAMS
     sql = _skip_locked_statement(database, connections[database].vendor, tuple(leases))
     return fetch_models(DelayedJob, database, sql, params, bind_on_server=True)
 
@@ -120,9 +120,6 @@ def _skip_locked_statement(database: str, vendor: str, leased_types: tuple[str, 
     meta = DelayedJob._meta
     quote = connections[database].ops.quote_name
     table = quote(meta.db_table)
-    pauses = quote(Pause._meta.db_table)
-    pause_kind = quote(column(Pause, "kind"))
-    pause_name = quote(column(Pause, "name"))
     pk = quote(meta.pk.column)
     c = {name: quote(column(DelayedJob, name)) for name in _CLAIM_COLUMNS}
     # The lease runs from the claim or, for a job claimed ahead, from its run_at (see
@@ -150,13 +147,27 @@ def _skip_locked_statement(database: str, vendor: str, leased_types: tuple[str, 
             AND locked.{c["status"]} = %s
             AND locked.{c["run_at"]} <= %s
             AND locked.{c["job_type"]} = ANY(%s::text[])
-            AND NOT EXISTS (
-                SELECT 1 FROM {pauses} p
-                WHERE (p.{pause_kind} = %s AND p.{pause_name} = locked.{c["queue"]})
-                    OR (p.{pause_kind} = %s AND p.{pause_name} = locked.{c["job_type"]})
-            )
+            AND {not_paused_sql(database, "locked." + c["queue"], "locked." + c["job_type"])}
         RETURNING {columns}
     """
+
+
+#: The parameters of ``not_paused_sql``'s condition, in its order.
+NOT_PAUSED_PARAMS = (PauseKind.QUEUE, PauseKind.JOB_TYPE)
+
+
+def not_paused_sql(database: str, queue: str, job_type: str) -> str:
+    """``paused_rows`` negated, for hand-written SQL: neither the ``queue`` nor the
+    ``job_type`` (column expressions) is paused. Its parameters: ``NOT_PAUSED_PARAMS``."""
+    quote = connections[database].ops.quote_name
+    pauses = quote(Pause._meta.db_table)
+    kind = quote(column(Pause, "kind"))
+    name = quote(column(Pause, "name"))
+    return f"""NOT EXISTS (
+                SELECT 1 FROM {pauses} p
+                WHERE (p.{kind} = %s AND p.{name} = {queue})
+                    OR (p.{kind} = %s AND p.{name} = {job_type})
+            )"""
 
 
 _CLAIM_COLUMNS = (

@@ -12,8 +12,8 @@ docs/explanation/design.md):
   recorded, or when its lease expires and the reaper gives it back, so a consumer that
   died frees its slots with no operator action.
 - Starts in the window are ``LimitStart`` rows stamped with the database server's clock
-  (read after the locks, so their order is the order of the claims), pruned as the window
-  slides past them.
+  (read after the locks, so their order is the order of the claims), one per key and
+  moment with the number of jobs started then, pruned as the window slides past them.
 - Candidates of a key are admitted by priority, then ``run_at``, then id, as many as fit;
   the others are left ``scheduled`` and unchanged (held), with what frees them.
 
@@ -22,21 +22,30 @@ Types without limits never come here: their claim is ``claims.claim`` as it alwa
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Mapping, Sequence
+import functools
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import connections, transaction
-from django.db.models import Count, F, Window
+from django.db.models import F, Window
 from django.db.models.functions import RowNumber
 
 from delayjobs.core import clock
-from delayjobs.core.db import text_array
+from delayjobs.core.db import column, int_array, server_bound_cursor, text_array
 from delayjobs.jobtypes import limits_of, registry
 from delayjobs.limits import Limits
 from delayjobs.models import DelayedJob, JobStatus, LimitStart, jobs_database
-from delayjobs.transitions.claims import CLAIM_TOLERANCE, Candidate, claim, paused_rows
+from delayjobs.transitions.claims import (
+    CLAIM_TOLERANCE,
+    NOT_PAUSED_PARAMS,
+    Candidate,
+    claim,
+    not_paused_sql,
+    paused_rows,
+)
 
 #: A start occupies its window this much longer than the window (at most a fifth of it).
 #: The start counted is the claim's moment on the database clock; the body begins a
@@ -109,15 +118,18 @@ def claim_limited(
     with transaction.atomic(using=database):
         connection = connections[database]
         postgresql = connection.vendor == "postgresql"
-        if not postgresql:
+        cutoff = now + ahead + CLAIM_TOLERANCE
+        if postgresql:
+            # The rows, their keys' locks, then the clock: one statement.
+            candidates, moment = _locked_candidates(ids, cutoff, limits, database)
+        else:
             # SQLite: write first, so that this transaction holds the database's write lock
             # from here on (claims of every key serialized), never upgrading a read lock.
             _touch_starts(database)
-        candidates = _candidates(ids, now + ahead + CLAIM_TOLERANCE, limits, database, postgresql)
+            candidates = _candidates(ids, cutoff, limits, database)
+            moment = _database_epoch(database)
         if not candidates:
             return LimitedClaim()
-        keys = sorted({c.limit_key for c in candidates})
-        moment = _lock_keys(keys, database) if postgresql else _database_epoch(database)
         if at is not None:
             moment = at
         result = LimitedClaim(at=moment)
@@ -154,13 +166,10 @@ def limits_by_type(job_type: str) -> Limits | None:
 
 
 def _candidates(
-    ids: Sequence[int],
-    cutoff: datetime,
-    limits: Mapping[str, Limits],
-    database: str,
-    postgresql: bool,
+    ids: Sequence[int], cutoff: datetime, limits: Mapping[str, Limits], database: str
 ) -> list[_Candidate]:
-    """The due, claimable rows among ``ids``, locked on PostgreSQL (others skipped)."""
+    """The due, claimable rows among ``ids``, by priority, then ``run_at``, then id (the
+    portable query: SQLite, whose claims the database's single writer serializes)."""
     rows = (
         DelayedJob.objects.using(database)
         .filter(
@@ -172,16 +181,85 @@ def _candidates(
         .exclude(paused_rows())
         .order_by("-priority", "run_at", "pk")
     )
-    if postgresql:
-        rows = rows.select_for_update(skip_locked=True, of=("self",))
-    found = list(
-        rows.values_list(
-            "pk", "queue", "job_type", "limit_key", "priority", "run_at", "max_lateness"
+    return _as_candidates(rows.values_list(*_CANDIDATE_FIELDS), limits)
+
+
+def _locked_candidates(
+    ids: Sequence[int], cutoff: datetime, limits: Mapping[str, Limits], database: str
+) -> tuple[list[_Candidate], float]:
+    """PostgreSQL: lock the rows among ``ids`` no other transaction holds, keep the
+    claimable ones, take their keys' advisory locks, then read the clock; in one
+    statement compiled once. The candidates as ``_candidates``, and the clock (epoch s).
+
+    The keys' locks are taken in the order of their hashes (two keys with one hash share a
+    lock, which only serializes them more), so two consumers never wait for each other in
+    a cycle; rows are never waited for (SKIP LOCKED). The clock is projected after the
+    aggregate took every lock: a later claim of a key reads a later time. What the claim
+    counts is read by the next statement, whose snapshot follows the locks (this one's
+    precedes them).
+    """
+    types = sorted(limits)
+    params: list[Any] = [
+        # A row scheduled before its type had limits counts against the whole type.
+        text_array(limits[name].stored_key(None) for name in types),
+        text_array(types),
+        int_array(ids),
+        JobStatus.SCHEDULED,
+        cutoff,
+        text_array(types),
+        *NOT_PAUSED_PARAMS,
+    ]
+    with server_bound_cursor(connections[database]) as cursor:
+        cursor.execute(_locked_candidates_statement(database), params)
+        rows = cursor.fetchall()
+    if not rows:
+        return [], 0.0
+    return _as_candidates((row[:-1] for row in rows), limits), float(rows[0][-1])
+
+
+@functools.cache
+def _locked_candidates_statement(database: str) -> str:
+    """As the plain claim's (``claims._skip_locked_statement``): every condition but the
+    primary key is checked on the locked copy of the row, so the table is reached by
+    primary key only, never through an index of due rows that a backlog fills."""
+    quote = connections[database].ops.quote_name
+    table = quote(DelayedJob._meta.db_table)
+    c = {name: quote(column(DelayedJob, name)) for name in _CANDIDATE_FIELDS if name != "pk"}
+    c["pk"] = quote(DelayedJob._meta.pk.column)
+    c["status"] = quote(column(DelayedJob, "status"))
+    selected = ", ".join(c[name] for name in _CANDIDATE_FIELDS)
+    return f"""
+        WITH locked AS MATERIALIZED (
+            SELECT {selected}, {c["status"]}, COALESCE(
+                {c["limit_key"]}, (%s::text[])[array_position(%s::text[], {c["job_type"]})]
+            ) AS counted_key
+            FROM {table} WHERE {c["pk"]} = ANY(%s::bigint[]) FOR UPDATE SKIP LOCKED
+        ), due AS MATERIALIZED (
+            SELECT * FROM locked
+            WHERE {c["status"]} = %s
+                AND {c["run_at"]} <= %s
+                AND {c["job_type"]} = ANY(%s::text[])
+                AND {not_paused_sql(database, c["queue"], c["job_type"])}
+        ), key_locks AS MATERIALIZED (
+            SELECT count(pg_advisory_xact_lock(h)) AS taken FROM (
+                SELECT DISTINCT hashtext(counted_key) AS h FROM due ORDER BY h
+            ) AS hashes
         )
-    )
+        SELECT {selected}, extract(epoch FROM clock_timestamp())::float8
+        FROM due, key_locks
+        ORDER BY {c["priority"]} DESC, {c["run_at"]}, {c["pk"]}
+    """
+
+
+_CANDIDATE_FIELDS = ("pk", "queue", "job_type", "limit_key", "priority", "run_at", "max_lateness")
+
+
+def _as_candidates(rows: Iterable[Sequence[Any]], limits: Mapping[str, Limits]) -> list[_Candidate]:
+    """``_CANDIDATE_FIELDS`` rows as candidates: their counted key, and whether they are
+    past their ``max_lateness`` already."""
     now = clock.now()
     candidates = []
-    for pk, queue, job_type, limit_key, priority, run_at, max_lateness in found:
+    for pk, queue, job_type, limit_key, priority, run_at, max_lateness in rows:
         jobtype = registry.get(job_type)
         lateness = max_lateness if max_lateness is not None else jobtype.max_lateness
         candidates.append(
@@ -198,25 +276,6 @@ def _candidates(
             )
         )
     return candidates
-
-
-def _lock_keys(keys: list[str], database: str) -> float:
-    """Take every key's advisory lock, in one order for every consumer; then the clock.
-
-    Locks are taken in the order of their hashes (two keys with one hash share a lock,
-    which only serializes them more), so two consumers never wait for each other in a
-    cycle. The clock is read after them: a later claim of a key reads a later time.
-    """
-    with connections[database].cursor() as cursor:
-        # One round trip: the clock is projected after the aggregate took every lock.
-        cursor.execute(
-            "SELECT count(pg_advisory_xact_lock(h)), extract(epoch FROM clock_timestamp())"
-            "::float8 FROM ("
-            "  SELECT DISTINCT hashtext(k) AS h FROM unnest(%s::text[]) AS k ORDER BY h"
-            ") AS locks",
-            [text_array(keys)],
-        )
-        return float(cursor.fetchone()[1])
 
 
 def _database_epoch(database: str) -> float:
@@ -249,13 +308,12 @@ def _admit(
     for candidate in candidates:
         by_key[candidate.limit_key].append(candidate)
     limits_of_key = {key: limits[group[0].job_type] for key, group in by_key.items()}
-    running = running_counts(list(by_key), database)
     # The new starts count from ``moment``: any start after that less one window (and its
     # guard) shares a window with them.
     since = {
         key: moment - _window(lim) for key, lim in limits_of_key.items() if lim.rate is not None
     }
-    windows = window_starts(since, database)
+    running, windows = usage(list(by_key), since, database)
     admitted: list[tuple[_Candidate, float]] = []
     for key, group in by_key.items():
         lim = limits_of_key[key]
@@ -265,7 +323,7 @@ def _admit(
             else len(group)
         )
         starts = windows.get(key, [])
-        tokens = lim.rate.count - len(starts) if lim.rate is not None else len(group)
+        tokens = lim.rate.count - sum(n for _s, n in starts) if lim.rate is not None else len(group)
         for candidate in group:  # by priority, then run_at (the query's order)
             start = max(moment, candidate.run_at.timestamp())
             if candidate.expired and slots > 0:
@@ -280,9 +338,8 @@ def _admit(
             else:
                 free_at = None
                 if slots > 0 and lim.rate is not None:
-                    # The rate holds it: a start frees when the oldest leaves the window.
-                    oldest = starts[0] if starts else moment
-                    free_at = oldest + _window(lim)
+                    # The rate holds it: a start frees when enough leave the window.
+                    free_at = _frees_at(starts, 1 - tokens, moment) + _window(lim)
                 result.held.append(
                     Held(
                         candidate.pk,
@@ -297,42 +354,74 @@ def _admit(
     return admitted
 
 
+def _frees_at(starts: list[tuple[float, int]], leaving: int, moment: float) -> float:
+    """When ``leaving`` of a key's starts (oldest first, with their counts) have started:
+    the window has room once they leave it. Starts admitted by this claim count from
+    ``moment`` (or later), after every one of ``starts``."""
+    left = 0
+    for started, count in starts:
+        left += count
+        if left >= leaving:
+            return started
+    return moment
+
+
 def _window(limits: Limits) -> float:
     """How long a start counts against its key's rate: its window, and the guard."""
     per = limits.rate.per if limits.rate is not None else timedelta(0)
     return (per + min(RATE_GUARD, per / 5)).total_seconds()
 
 
-def running_counts(keys: list[str], database: str) -> dict[str, int]:
-    """Slots in use per limit key: its rows in ``running``."""
-    if not keys:
-        return {}
-    rows = (
-        DelayedJob.objects.using(database)
-        .filter(limit_key__in=keys, status=JobStatus.RUNNING)
-        .values_list("limit_key")
-        .order_by()
+def usage(
+    keys: Sequence[str], since: Mapping[str, float], database: str
+) -> tuple[dict[str, int], dict[str, list[tuple[float, int]]]]:
+    """What the ``keys`` use, in one statement: their running rows (slots in use), and
+    the starts after ``since[key]`` of those with a rate, oldest first (moment, how many).
+    Read after the keys' locks: a statement of its own, so that it sees what the claims
+    before ours committed."""
+    connection = connections[database]
+    quote = connection.ops.quote_name
+    jobs = quote(DelayedJob._meta.db_table)
+    starts_table = quote(LimitStart._meta.db_table)
+    key = quote(column(DelayedJob, "limit_key"))
+    status = quote(column(DelayedJob, "status"))
+    start_key = quote(column(LimitStart, "limit_key"))
+    started = quote(column(LimitStart, "started"))
+    count = quote(column(LimitStart, "count"))
+    postgresql = connection.vendor == "postgresql"
+    in_keys, key_params = _in_list(keys, postgresql)
+    sql = (
+        f"SELECT {key}, 0.0, count(*) FROM {jobs}"
+        f" WHERE {status} = %s AND {key} {in_keys} GROUP BY {key}"
     )
-    return {key: n for key, n in rows.annotate(n=Count("pk")).values_list("limit_key", "n") if key}
+    params: list[Any] = [JobStatus.RUNNING, *key_params]
+    if since:
+        in_rated, rated_params = _in_list(sorted(since), postgresql)
+        sql += (
+            f" UNION ALL SELECT {start_key}, {started}, {count} FROM {starts_table}"
+            f" WHERE {start_key} {in_rated} AND {started} > %s"
+        )
+        params += [*rated_params, min(since.values())]
+    running: dict[str, int] = {}
+    windows: dict[str, list[tuple[float, int]]] = defaultdict(list)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        for row_key, moment, n in cursor.fetchall():
+            if moment == 0.0:
+                running[row_key] = n
+            elif moment > since[row_key]:
+                windows[row_key].append((moment, n))
+    for starts in windows.values():
+        starts.sort()
+    return running, dict(windows)
 
 
-def window_starts(since: Mapping[str, float], database: str) -> dict[str, list[float]]:
-    """The starts after ``since[key]`` of each key, oldest first."""
-    if not since:
-        return {}
-    starts: dict[str, list[float]] = defaultdict(list)
-    by_since: dict[float, list[str]] = defaultdict(list)
-    for key, moment in since.items():
-        by_since[moment].append(key)
-    for moment, keys in by_since.items():
-        for key, started in (
-            LimitStart.objects.using(database)
-            .filter(limit_key__in=keys, started__gt=moment)
-            .order_by("started")
-            .values_list("limit_key", "started")
-        ):
-            starts[key].append(started)
-    return dict(starts)
+def _in_list(values: Sequence[str], postgresql: bool) -> tuple[str, list[Any]]:
+    """``= ANY(array)`` on PostgreSQL (one parameter, whatever the count), ``IN (...)``
+    elsewhere."""
+    if postgresql:
+        return "= ANY(%s::text[])", [text_array(values)]
+    return f"IN ({', '.join(['%s'] * len(values))})", list(values)
 
 
 def _store_missing_keys(admitted: list[tuple[_Candidate, float]], database: str) -> None:
@@ -351,25 +440,17 @@ def _store_missing_keys(admitted: list[tuple[_Candidate, float]], database: str)
 def _record_starts(
     admitted: list[tuple[_Candidate, float]], limits: Mapping[str, Limits], database: str
 ) -> None:
-    """Write the starts of rate-limited keys, and drop those the window has left."""
+    """Write the starts of rate-limited keys: one row per key and moment. (Those the
+    window has left are pruned by the pre-loader's passes, ``prune_starts``: the window's
+    query reads past them.)"""
     rated = [(c, start) for c, start in admitted if limits[c.job_type].rate is not None]
     if not rated:
         return
+    # Jobs due by the claim all start at its moment; a job claimed ahead at its run_at.
+    counts = Counter((c.limit_key, start) for c, start in rated)
     LimitStart.objects.using(database).bulk_create(
-        [LimitStart(limit_key=c.limit_key, started=start) for c, start in rated]
+        [LimitStart(limit_key=key, started=start, count=n) for (key, start), n in counts.items()]
     )
-    # One DELETE per group: what left the window of every key just started in it.
-    edges: dict[str, float] = {}
-    keys: dict[str, set[str]] = defaultdict(set)
-    for candidate, start in rated:
-        lim = limits[candidate.job_type]
-        edge = start - _window(lim)
-        edges[lim.group] = min(edge, edges.get(lim.group, edge))
-        keys[lim.group].add(candidate.limit_key)
-    for group, edge in edges.items():
-        LimitStart.objects.using(database).filter(
-            limit_key__in=sorted(keys[group]), started__lte=edge
-        ).delete()
 
 
 def due_limited_ids(

@@ -507,6 +507,33 @@ def test_a_consumer_claims_ahead_only_for_idle_threads_and_short_jobs() -> None:
         consumer.executor_impl.stop()
 
 
+def test_a_limited_type_is_prefetched_by_its_own_average() -> None:
+    from delayjobs.engine.inflight import PREFETCH, InFlight
+    from delayjobs.engine.slots import Slots
+
+    def limited_job() -> Running:
+        return Running(DelayedJob(queue=QUEUE, job_type="tests.limited", run_at=timezone.now()))
+
+    inflight = InFlight(
+        concurrency=2, slots=Slots(2 * PREFETCH), longest_sleep=1.0, limited_types=["tests.limited"]
+    )
+    for _ in range(3):
+        inflight.finish(unstarted(), 0.0001)  # short jobs of another type
+    assert inflight.claimable() == 2 * PREFETCH
+    # Nothing known of the limited type yet: one per idle thread.
+    assert inflight.limited_room("tests.limited") == 2
+    inflight.finish(limited_job(), 0.0001)
+    assert inflight.limited_room("tests.limited") == 2 * PREFETCH
+    # Slow limited jobs among fast ones: claimed for idle threads only, while the fast
+    # ones are prefetched as ever.
+    for _ in range(200):
+        inflight.finish(limited_job(), 1.0)
+    for _ in range(400):
+        inflight.finish(unstarted(), 0.0001)
+    assert inflight.limited_room("tests.limited") == 2
+    assert inflight.claimable() == 2 * PREFETCH
+
+
 def unstarted(pk: int = 0) -> Running:
     """An execution of an unsaved job, as a claim registers it (nothing runs)."""
     return Running(DelayedJob(pk=pk, queue=QUEUE, job_type=SCRIPTED, run_at=timezone.now()))

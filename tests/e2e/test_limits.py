@@ -19,11 +19,13 @@ import signal
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
+from django.utils import timezone
 
 import delayjobs
 from delayjobs.jobtypes import registry
@@ -324,6 +326,30 @@ def test_limits_hold_with_redis_frozen_then_flushed_mid_run(
     rated = rated_ids(ids)
     assert most_in_window(admissions(rated), 1.0) <= 20
     figure(record_property, f"\n{Span.objects.count() - frozen} body starts after the freeze")
+
+
+def test_a_limited_job_is_claimed_further_ahead_and_starts_at_its_run_at(
+    consumer_process: ConsumerFactory, redis_client: redis.Redis
+) -> None:
+    from delayjobs.engine.claimer import LIMITED_AHEAD_FACTOR
+
+    # CLAIM_AHEAD 0.9 s: a limited job is claimed up to 4.5 s before its run_at.
+    (consumer,) = consumers(consumer_process, count=1, CLAIM_AHEAD=0.9)
+    wait_listening(redis_client, [consumer], QUEUE)
+    run_at = timezone.now() + timedelta(seconds=0.9 * LIMITED_AHEAD_FACTOR - 0.5)
+    job = delayjobs.schedule("tests.limits.concurrency", run_at=run_at, payload={"seconds": 0})
+
+    wait_for(
+        lambda: DelayedJob.objects.filter(pk=job.pk, status=JobStatus.RUNNING).exists(),
+        message="the limited job was not claimed ahead of its run_at",
+    )
+    claimed_by = timezone.now()
+    wait_final([job.pk], [consumer])
+
+    assert claimed_by < run_at, "claimed only once due: the test proves nothing"
+    (started,) = Span.objects.filter(job_id=job.pk).values_list("started", flat=True)
+    assert started >= run_at.timestamp()
+    assert statuses([job.pk]) == {JobStatus.SUCCEEDED: 1}
 
 
 def test_limits_hold_with_consumer_clocks_60_s_apart(

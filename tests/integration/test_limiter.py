@@ -344,7 +344,11 @@ class LimiterMachine(RuleBasedStateMachine):
             assert set(running.values_list("pk", flat=True)) == self.model.running.get(key, set())
             assert running.count() <= self.model.concurrency
             starts = sorted(
-                LimitStart.objects.filter(limit_key=key).values_list("started", flat=True)
+                started
+                for started, count in LimitStart.objects.filter(limit_key=key).values_list(
+                    "started", "count"
+                )
+                for _ in range(count)
             )
             for i, start in enumerate(starts):
                 inside = [s for s in starts[i:] if s < start + self.model.per]
