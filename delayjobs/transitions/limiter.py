@@ -390,15 +390,17 @@ def usage(
     count = quote(column(LimitStart, "count"))
     postgresql = connection.vendor == "postgresql"
     in_keys, key_params = _in_list(keys, postgresql)
+    # Each row: the key, whether it is a start (0: the count of running rows), its moment
+    # (a start's), how many.
     sql = (
-        f"SELECT {key}, 0.0, count(*) FROM {jobs}"
+        f"SELECT {key}, 0, 0.0, count(*) FROM {jobs}"
         f" WHERE {status} = %s AND {key} {in_keys} GROUP BY {key}"
     )
     params: list[Any] = [JobStatus.RUNNING, *key_params]
     if since:
         in_rated, rated_params = _in_list(sorted(since), postgresql)
         sql += (
-            f" UNION ALL SELECT {start_key}, {started}, {count} FROM {starts_table}"
+            f" UNION ALL SELECT {start_key}, 1, {started}, {count} FROM {starts_table}"
             f" WHERE {start_key} {in_rated} AND {started} > %s"
         )
         params += [*rated_params, min(since.values())]
@@ -406,10 +408,10 @@ def usage(
     windows: dict[str, list[tuple[float, int]]] = defaultdict(list)
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        for row_key, moment, n in cursor.fetchall():
-            if moment == 0.0:
+        for row_key, is_start, moment, n in cursor.fetchall():
+            if not is_start:
                 running[row_key] = n
-            elif moment > since[row_key]:
+            elif moment > since[row_key]:  # one query for every key: the earliest window's
                 windows[row_key].append((moment, n))
     for starts in windows.values():
         starts.sort()
