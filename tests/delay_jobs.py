@@ -207,6 +207,15 @@ class AsyncScripted(Scripted):
         return threading.current_thread().name
 
 
+@delayjobs.register
+class AsyncHeld(AsyncScripted):
+    """``tests.async_scripted`` with a time to run of 15 minutes: jobs held until a test
+    releases them, which must not time out (2 s) while a loaded machine starts the rest."""
+
+    name = "tests.async_held"
+    time_to_run = timedelta(minutes=15)
+
+
 # Job types with fleet-wide limits, in consumer processes the limits tests start (see
 # tests/limit_jobs.py for why not always).
 if os.environ.get("DELAYJOBS_TEST_LIMITS"):

@@ -18,6 +18,7 @@ from tests.models import Execution
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
 ASYNC = "tests.async_scripted"
+ASYNC_HELD = "tests.async_held"
 SYNC = "tests.scripted"
 
 
@@ -31,9 +32,11 @@ def test_async_jobs_run_on_one_loop_beside_sync_ones_without_a_thread_each(
 ) -> None:
     release = tmp_path / "release"
     # Held until the file exists, however long a loaded machine takes to start them all (the
-    # default bound of 60 s would let the first ones end on their own before the check).
+    # default bound of 60 s would let the first ones end on their own before the check), of
+    # a type whose time to run outlasts that too (tests.async_scripted's 2 s would time the
+    # first ones out and retry them).
     hold = {"hold_attempts": [1], "release_file": str(release), "hold_seconds": 900}
-    held = [delayjobs.schedule(ASYNC, hold) for _ in range(100)]
+    held = [delayjobs.schedule(ASYNC_HELD, hold) for _ in range(100)]
     consumer = consumer_process("--concurrency", "500", "--worker-id", "loop")
     for job in held:
         wait_executed(job, [consumer])
