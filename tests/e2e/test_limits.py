@@ -333,23 +333,20 @@ def test_a_limited_job_is_claimed_further_ahead_and_starts_at_its_run_at(
 ) -> None:
     from delayjobs.engine.claimer import LIMITED_AHEAD_FACTOR
 
-    # CLAIM_AHEAD 0.9 s: a limited job is claimed up to 4.5 s before its run_at.
-    (consumer,) = consumers(consumer_process, count=1, CLAIM_AHEAD=0.9)
+    ahead = timedelta(seconds=0.9)  # a limited job: claimed up to 4.5 s before its run_at
+    (consumer,) = consumers(consumer_process, count=1, CLAIM_AHEAD=ahead.total_seconds())
     wait_listening(redis_client, [consumer], QUEUE)
-    run_at = timezone.now() + timedelta(seconds=0.9 * LIMITED_AHEAD_FACTOR - 0.5)
+    run_at = timezone.now() + ahead * LIMITED_AHEAD_FACTOR - timedelta(seconds=0.5)
     job = delayjobs.schedule("tests.limits.concurrency", run_at=run_at, payload={"seconds": 0})
-
-    wait_for(
-        lambda: DelayedJob.objects.filter(pk=job.pk, status=JobStatus.RUNNING).exists(),
-        message="the limited job was not claimed ahead of its run_at",
-    )
-    claimed_by = timezone.now()
     wait_final([job.pk], [consumer])
 
-    assert claimed_by < run_at, "claimed only once due: the test proves nothing"
+    job.refresh_from_db()
+    assert job.status == JobStatus.SUCCEEDED
+    # Claimed by its first turn, earlier than CLAIM_AHEAD alone allows (if that turn came
+    # 3.1 s after the schedule(), the claim proves nothing, and the test says so).
+    assert job.claimed_at < run_at - ahead, (job.claimed_at, run_at)
     (started,) = Span.objects.filter(job_id=job.pk).values_list("started", flat=True)
     assert started >= run_at.timestamp()
-    assert statuses([job.pk]) == {JobStatus.SUCCEEDED: 1}
 
 
 def test_limits_hold_with_consumer_clocks_60_s_apart(
