@@ -26,8 +26,12 @@ import json
 import os
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import Any
+
+#: Cancels sent at once (see cancel_some).
+CANCEL_THREADS = 10
 
 
 def schedule(request: dict[str, Any]) -> dict[str, Any]:
@@ -80,6 +84,8 @@ def cancel_some(ids: list[int], count: int, margin: float) -> list[int]:
     Returns the jobs that ``cancel()`` reports cancelled: a job that started meanwhile is
     not (``cancel()`` returns 0 for it) and is expected to run.
     """
+    from django.db import connections
+
     import delayjobs
     from delayjobs.models import DelayedJob, JobStatus
 
@@ -92,7 +98,17 @@ def cancel_some(ids: list[int], count: int, margin: float) -> list[int]:
         .values_list("pk", flat=True)
     )
     chosen = [candidates[n * len(candidates) // count] for n in range(min(count, len(candidates)))]
-    return [pk for pk in chosen if delayjobs.cancel(pk) == 1]
+
+    def cancelled(pk: int) -> bool:
+        try:
+            return delayjobs.cancel(pk) == 1
+        finally:
+            connections.close_all()  # this thread's
+
+    # Side by side, as many callers would: one by one, a hundred cancels took 13 s of a
+    # loaded machine (each a few round trips), while the jobs they were among fell due.
+    with ThreadPoolExecutor(max_workers=CANCEL_THREADS) as pool:
+        return [pk for pk, done in zip(chosen, pool.map(cancelled, chosen), strict=True) if done]
 
 
 def main() -> int:
