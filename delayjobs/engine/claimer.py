@@ -85,18 +85,20 @@ class Claims:
     #: The known job types with fleet-wide limits: their jobs take the limited claim
     #: (``delayjobs.engine.limited``), every other job the plain one, as before.
     limited: frozenset[str] = frozenset()
+    #: How early jobs of limited types are claimed: LIMITED_AHEAD_FACTOR times ``ahead``
+    #: (none if ``ahead`` is none), at most MAX_CLAIM_AHEAD.
+    limited_ahead: timedelta = field(init=False)
     _last_claim: datetime | None = field(default=None, init=False)
 
-    @property
-    def limited_ahead(self) -> timedelta:
-        """How early jobs of limited types are claimed: LIMITED_AHEAD_FACTOR times
-        ``ahead`` (none if ``ahead`` is none), at most MAX_CLAIM_AHEAD."""
-        return min(self.ahead * LIMITED_AHEAD_FACTOR, MAX_CLAIM_AHEAD)
+    def __post_init__(self) -> None:
+        self.limited_ahead = min(self.ahead * LIMITED_AHEAD_FACTOR, MAX_CLAIM_AHEAD)
+        self._ahead_s = self.ahead.total_seconds()
+        self._limited_ahead_s = self.limited_ahead.total_seconds()
 
     def ahead_of(self, job_type: str | None) -> float:
         """How early, in seconds, a job of ``job_type`` is claimed (None: a queue's lane,
         of types without limits)."""
-        return (self.limited_ahead if job_type in self.limited else self.ahead).total_seconds()
+        return self._limited_ahead_s if job_type in self.limited else self._ahead_s
 
     def claim_time(self) -> datetime:
         """Now, but strictly after the previous claim: the claim's token (see ``claim``)."""

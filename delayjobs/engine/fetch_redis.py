@@ -256,8 +256,11 @@ class RedisFetcher:
             claims.inflight.release_wakes_at(None)
         if due is None:
             return idle
-        # The next claim: the earliest due time less its lane's lead.
-        claim_at = min(
-            score - claims.ahead_of(split_lane(name)[1]) for name, score in scores.items()
+        # The next claim: the earliest due time less its lane's lead (one lead for all
+        # when no type has a limit).
+        claim_at = (
+            min(score - claims.ahead_of(split_lane(name)[1]) for name, score in scores.items())
+            if claims.limited
+            else due - claims.ahead_of(None)
         )
         return min(max(claim_at - now, 0.0), idle)

@@ -127,12 +127,14 @@ class InFlight:
         with self._cond:
             return self._claimable()
 
-    def _claimable(self) -> int:
-        """How many more jobs may be claimed now (call with the lock held): PREFETCH per
-        idle thread, less those claimed and not taken by a thread yet, within the slots."""
+    def _claimable(self, per_thread: int | None = None) -> int:
+        """How many more jobs may be claimed now (call with the lock held): ``per_thread``
+        (default: ``prefetch()``) per idle thread, less those claimed and not taken by a
+        thread yet, within the slots."""
         idle = self.concurrency - self._busy
         waiting = self.slots.used - self._busy
-        return max(min(self.slots.free(), idle * self.prefetch() - waiting), 0)
+        per_thread = self.prefetch() if per_thread is None else per_thread
+        return max(min(self.slots.free(), idle * per_thread - waiting), 0)
 
     def limited_room(self, job_type: str) -> int:
         """How many jobs of ``job_type``, a type with fleet-wide limits, may be claimed now:
@@ -143,10 +145,7 @@ class InFlight:
         ones is claimed for idle threads only, and holds no slot while another consumer
         has a thread free for it."""
         with self._cond:
-            idle = self.concurrency - self._busy
-            waiting = self.slots.used - self._busy
-            per_thread = _prefetch(self._limited_average.get(job_type))
-            return max(min(self.slots.free(), idle * per_thread - waiting), 0)
+            return self._claimable(_prefetch(self._limited_average.get(job_type)))
 
     def prefetch(self) -> int:
         """Jobs per idle thread: as many as fit PREFETCH_BUDGET by the average execution

@@ -132,14 +132,11 @@ class RedisStore:
             # One call (a schedule(), a retry): sent alone, as one request. In a pipeline,
             # redis-py would first ask SCRIPT EXISTS, a round trip of its own.
             keys, chunk = calls[0]
-            return int(self._add_call(self.client, keys, chunk))
+            return int(self.call_script(self.client, ADD_LUA, keys, chunk))
         pipe = self.client.pipeline(transaction=False)
         for keys, chunk in calls:
-            self._add_call(pipe, keys, chunk)
+            self.call_script(pipe, ADD_LUA, keys, chunk)
         return sum(int(n) for n in pipe.execute())
-
-    def _add_call(self, client: Any, keys: list[str], chunk: list[str]) -> Any:
-        return self.call_script(client, ADD_LUA, keys, chunk)
 
     def call_script(self, client: Any, script: str, keys: list[str], args: list[str]) -> Any:
         """Run ``script`` on ``client`` (this store's client, or a pipeline of it).

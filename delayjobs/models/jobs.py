@@ -371,9 +371,10 @@ class JobAttempt(models.Model):
 
 class LimitStart(models.Model):
     """Starts of jobs under a rate limit, one row per key and moment of a claim: the
-    limited claim sums a key's starts in the window, on the database's clock, and prunes
-    those that left it. (A row per claim, not per job: a claim admitting a thousand jobs
-    of a rate that has room writes one row, and the next claim sums a few.)"""
+    limited claim sums a key's starts in the window, on the database's clock; the
+    pre-loader's passes prune those every window has left. (A row per claim, not per job:
+    a claim admitting a thousand jobs of a rate that has room writes one row, and the next
+    claim sums a few.)"""
 
     limit_key = models.CharField(_("limit key"), max_length=LIMIT_KEY_MAX_LENGTH)
     #: Seconds since the epoch on the database server's clock, as the claim read it: a
