@@ -77,7 +77,7 @@ def hold(parked: dict[HeldGroup, list[tuple[int, float]]], *, decided_at: float,
         for pk, order in entries:
             argv += [repr(order), str(pk)]
         calls.append((_keys(lane_name, limit_key), argv))
-    return _run(get_store(), HOLD_LUA, calls)
+    return get_store().call_scripts(HOLD_LUA, calls)
 
 
 def release(freed: Iterable[HeldGroup], *, now: float, store: RedisStore | None = None) -> int:
@@ -89,20 +89,7 @@ def release(freed: Iterable[HeldGroup], *, now: float, store: RedisStore | None 
         (_keys(lane_name, limit_key), [str(n), repr(now), str(RELEASE_STAMP_TTL_MS)])
         for (lane_name, limit_key), n in counts.items()
     ]
-    return _run(store or get_store(), RELEASE_LUA, calls)
-
-
-def _run(store: RedisStore, script: str, calls: list[tuple[list[str], list[str]]]) -> int:
-    """Run ``script`` once per (keys, args); the sum of what the calls returned. One call
-    (the usual: one key's jobs ended) is sent alone: in a pipeline, redis-py would first
-    ask SCRIPT EXISTS, a round trip of its own."""
-    if len(calls) == 1:
-        keys, args = calls[0]
-        return int(store.call_script(store.client, script, keys, args))
-    pipe = store.client.pipeline(transaction=False)
-    for keys, args in calls:
-        store.call_script(pipe, script, keys, args)
-    return sum(int(n) for n in pipe.execute())
+    return (store or get_store()).call_scripts(RELEASE_LUA, calls)
 
 
 def _keys(lane_name: str, limit_key: str) -> list[str]:

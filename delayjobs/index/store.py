@@ -128,14 +128,20 @@ class RedisStore:
             for lane_name, argv in argv_by_lane.items()
             for start in range(0, len(argv), 2 * SCRIPT_CHUNK)
         ]
+        return self.call_scripts(ADD_LUA, calls)
+
+    @_redis_errors
+    def call_scripts(self, script: str, calls: list[tuple[list[str], list[str]]]) -> int:
+        """Run ``script`` once per (keys, args), in one round trip; the sum of what the
+        calls returned. One call (a schedule(), a retry, one key's jobs ended) is sent
+        alone: in a pipeline, redis-py would first ask SCRIPT EXISTS, a round trip of its
+        own."""
         if len(calls) == 1:
-            # One call (a schedule(), a retry): sent alone, as one request. In a pipeline,
-            # redis-py would first ask SCRIPT EXISTS, a round trip of its own.
-            keys, chunk = calls[0]
-            return int(self.call_script(self.client, ADD_LUA, keys, chunk))
+            keys, args = calls[0]
+            return int(self.call_script(self.client, script, keys, args))
         pipe = self.client.pipeline(transaction=False)
-        for keys, chunk in calls:
-            self.call_script(pipe, ADD_LUA, keys, chunk)
+        for keys, args in calls:
+            self.call_script(pipe, script, keys, args)
         return sum(int(n) for n in pipe.execute())
 
     def call_script(self, client: Any, script: str, keys: list[str], args: list[str]) -> Any:
