@@ -63,6 +63,7 @@ DB_SENSITIVE = frozenset(
         "integration/test_preloader.py",
         "integration/test_recorder.py",
         "integration/test_recurring.py",
+        "integration/test_reservations.py",
         "integration/test_round_trips.py",
         "integration/test_services.py",
         "integration/test_stats.py",

@@ -87,7 +87,16 @@ class ProviderB(Spanned):
     global_concurrency = 2
 
 
-TYPES = (Concurrency3, Rate20, PerTenant, ProviderA, ProviderB)
+class Roomy(Spanned):
+    """Limits that never bind here: its claims reserve room and spend it."""
+
+    name = "tests.limits.roomy"
+    queue = "limits"
+    global_concurrency = 10_000
+    rate_limit = delayjobs.Rate(100_000, per=timedelta(seconds=1))
+
+
+TYPES = (Concurrency3, Rate20, PerTenant, ProviderA, ProviderB, Roomy)
 
 
 def register_all() -> None:

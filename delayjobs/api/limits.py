@@ -1,7 +1,7 @@
 """What the fleet-wide limits are doing, for the admin, ``delayjobs_status`` and metrics:
-per limit group and key, the slots in use, the starts in the rate's window and the jobs
-due but waiting. Read from the rows (the truth the claims decide by); no query at all for
-a project without limits.
+per limit group and key, the slots in use (and those consumers reserved), the starts in
+the rate's window (reserved ones included) and the jobs due but waiting. Read from the
+rows (the truth the claims decide by); no query at all for a project without limits.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from django.db.models import Count, Q, Sum
 from delayjobs.core.display import format_duration
 from delayjobs.jobtypes import limits_of, registry
 from delayjobs.limits import KEY_SEPARATOR, Limits
-from delayjobs.models import DelayedJob, JobStatus, LimitStart
+from delayjobs.models import DelayedJob, JobStatus, LimitReservation, LimitStart
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,9 @@ class LimitUsage:
     running: int
     window_starts: int
     waiting: int
+    #: Slots consumers reserved for their next claims, counted as in use on top of
+    #: ``running`` (delayjobs.transitions.reservations).
+    reserved: int = 0
 
     @property
     def label(self) -> str:
@@ -41,6 +44,8 @@ class LimitUsage:
         """Running out of the global concurrency, as people read it: "2 / 3" ("-": none)."""
         if self.global_concurrency is None:
             return "-"
+        if self.reserved:
+            return f"{self.running} + {self.reserved} reserved / {self.global_concurrency}"
         return f"{self.running} / {self.global_concurrency}"
 
     @property
@@ -78,6 +83,12 @@ def limit_usage(now: datetime) -> list[LimitUsage]:
     )
     for key, status, n in rows:
         (running if status == JobStatus.RUNNING else waiting)[key or ""] += n
+    reserved: dict[str, int] = dict(
+        LimitReservation.objects.filter(until__gt=now.timestamp())
+        .order_by()
+        .values_list("limit_key")
+        .annotate(n=Sum("slots"))
+    )
     starts: dict[str, int] = {}
     for group, (limits, _types) in groups.items():
         if limits.rate is None:
@@ -91,7 +102,7 @@ def limit_usage(now: datetime) -> list[LimitUsage]:
             .annotate(n=Sum("count"))
         )
     usage = []
-    for stored in sorted(set(running) | set(waiting) | set(starts)):
+    for stored in sorted(set(running) | set(waiting) | set(starts) | set(reserved)):
         group, _sep, key = stored.partition(KEY_SEPARATOR)
         if group not in groups:
             continue  # a type no longer limited, or not registered here
@@ -106,6 +117,7 @@ def limit_usage(now: datetime) -> list[LimitUsage]:
                 running=running.get(stored, 0),
                 window_starts=starts.get(stored, 0),
                 waiting=waiting.get(stored, 0),
+                reserved=reserved.get(stored, 0),
             )
         )
     usage.sort(key=lambda u: (-(u.running + u.waiting), u.group, u.key or ""))

@@ -13,6 +13,7 @@ from delayjobs.core import clock
 from delayjobs.engine.executors import Executor
 from delayjobs.engine.inflight import InFlight
 from delayjobs.engine.recorder import Recorder
+from delayjobs.engine.reserved import ReservedRoom
 from delayjobs.models import DelayedJob
 from delayjobs.pauses import Paused
 from delayjobs.pauses import paused as read_pauses  # "paused" names a local below
@@ -82,6 +83,8 @@ class Claims:
     executor: Executor
     recorder: Recorder
     pauses: PauseView
+    #: Room of fleet-wide limits this consumer reserved (``delayjobs.engine.reserved``).
+    reserved: ReservedRoom
     #: The known job types with fleet-wide limits: their jobs take the limited claim
     #: (``delayjobs.engine.limited``), every other job the plain one, as before.
     limited: frozenset[str] = frozenset()

@@ -54,6 +54,7 @@ from delayjobs.engine.helpers import ERROR_BACKOFF, ErrorState, Heartbeat, Liste
 from delayjobs.engine.inflight import PREFETCH, PREFETCH_BUDGET, InFlight
 from delayjobs.engine.limited import release_slots
 from delayjobs.engine.recorder import Recorder
+from delayjobs.engine.reserved import ReservedRoom
 from delayjobs.engine.slots import Slots
 from delayjobs.engine.timeouts import EXIT_STUCK, TimeOuts
 from delayjobs.index.client import describe_target
@@ -62,6 +63,7 @@ from delayjobs.index.store import RedisStore, get_store
 from delayjobs.jobtypes import JobType, registry
 from delayjobs.lanes import lanes, limited_types
 from delayjobs.models import DelayedJob
+from delayjobs.transitions import drop_reservations
 
 __all__ = ["EXIT_STUCK", "PREFETCH", "PREFETCH_BUDGET", "Consumer", "default_worker_id"]
 
@@ -151,6 +153,8 @@ class Consumer:
             concurrency=self.concurrency,
         )
         self.pauses = PauseView(self.worker_id)
+        # A claim's worth of this consumer's slots: what a limit with room is asked for.
+        self.reserved = ReservedRoom(want=self.concurrency * PREFETCH, worker_id=self.worker_id)
         claims = Claims(
             worker_id=self.worker_id,
             ahead=settings.CLAIM_AHEAD,
@@ -165,6 +169,7 @@ class Consumer:
             executor=self.executor_impl,
             recorder=self.recorder,
             pauses=self.pauses,
+            reserved=self.reserved,
             limited=limited_types(),
         )
         # Each queue's lanes (see delayjobs.lanes); which one pops first rotates, so that
@@ -208,10 +213,15 @@ class Consumer:
         )
 
     def _slots_freed(self, jobs: list[DelayedJob]) -> None:
-        """Jobs of limited types ended: wake the jobs their limits held, and this consumer's
-        loop at once (it need not wait to hear of it from Redis, as the others do)."""
-        release_slots(jobs)
-        self.inflight.wake()
+        """Jobs of limited types ended: their reserved slots are free again, and the jobs
+        their limits held are woken, with this consumer's loop at once if there were any
+        (it need not wait to hear of it from Redis, as the others do). Not otherwise: in a
+        backlog the loop waits for enough free slots to claim a batch (see
+        ``RedisFetcher._refill_wait``), and a wake-up per written batch would cut that
+        short into claims of a few jobs each."""
+        self.reserved.finished(jobs)
+        if release_slots(jobs):
+            self.inflight.wake()
 
     @property
     def processed(self) -> int:
@@ -301,6 +311,12 @@ class Consumer:
             presence.withdraw(self.worker_id)
         except DatabaseError as exc:
             logger.warning("Could not remove this consumer's heartbeat row (%s).", exc)
+        if limited_types():
+            try:
+                drop_reservations(self.reserved.holder)
+            except DatabaseError as exc:
+                # They end by themselves within seconds (SLOTS_TTL).
+                logger.warning("Could not give back this consumer's reserved slots (%s).", exc)
         connections.close_all()
         metrics.consumer_running(False)
         logger.info("Consumer %s stopped after %d job(s).", self.worker_id, self.processed)

@@ -1,6 +1,7 @@
 """The consumer's side of fleet-wide limits: claim a limited lane's jobs through the
-database's limiter, park what it held in Redis, and re-arm a key's held jobs when one of
-its jobs ends (``delayjobs.index.held``).
+database's limiter (or, in keys where it reserved room, with the plain claim), park what
+it held in Redis, and re-arm a key's held jobs when one of its jobs ends
+(``delayjobs.index.held``).
 
 The limit is the database's decision alone (``delayjobs.transitions.limiter``): what this
 module does with Redis only decides how soon a held job is asked about again, so a Redis
@@ -11,6 +12,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
+from datetime import timedelta
+from typing import Any
 
 from redis import RedisError
 
@@ -36,25 +39,62 @@ def claim_limited(
 ) -> tuple[list[DelayedJob], set[int]]:
     """Claim what the limits admit among ``ids`` and start it; with ``park``, hand what
     they held to Redis, to be woken when a slot or a start frees. Returns the jobs
-    started and the ids held."""
+    started and the ids held.
+
+    Rows of keys where this consumer reserved room enough for them all are claimed first,
+    with the plain claim; the rest (other keys, or none reserved) take the limited claim,
+    which reserves room where its limits have plenty to spare."""
     job_types = claims.limited_types()
     if not ids or not job_types:
         return [], set()
-    result = transitions.claim_limited(
-        ids,
-        worker_id=claims.worker_id,
-        now=claims.claim_time(),
-        job_types=job_types,
-        leases=claims.leases,
-        default_lease=JobType.time_to_run,
-        ahead=claims.limited_ahead,
-    )
-    claims.start(result.jobs)
-    for job in result.jobs:
+    jobs = _claim_reserved(claims, ids, job_types)
+    if len(jobs) < len(ids):
+        if jobs:
+            won = {job.pk for job in jobs}
+            ids = [pk for pk in ids if pk not in won]
+        since = claims.reserved.now()
+        result = transitions.claim_limited(
+            ids,
+            **_claim_terms(claims, job_types),
+            reserve=claims.reserved.want,
+            holder=claims.reserved.holder,
+        )
+        claims.reserved.add(result.reserved, since=since)
+        jobs += result.jobs
+    else:
+        result = transitions.LimitedClaim()
+    claims.start(jobs)
+    for job in jobs:
         metrics.limit_wait(job.job_type, job.limit_wait)
     if park and result.held:
         park_held(result.held, decided_at=result.at)
-    return result.jobs, {job.pk for job in result.held}
+    return jobs, {job.pk for job in result.held}
+
+
+def _claim_reserved(claims: Claims, ids: Sequence[int], job_types: list[str]) -> list[DelayedJob]:
+    """The plain claim of ``ids``, for the rows of keys whose reservations cover them all
+    (none held: their wait for the limit is nil)."""
+    keys = claims.reserved.keys_for(len(ids))
+    if not keys:
+        return []
+    jobs = transitions.claim(ids, **_claim_terms(claims, job_types), limit_keys=keys)
+    for job in jobs:
+        job.limit_wait = timedelta(0)
+    claims.reserved.spend(jobs)
+    return jobs
+
+
+def _claim_terms(claims: Claims, job_types: list[str]) -> dict[str, Any]:
+    """What the limited claim and the claim under a reservation share: who claims, the
+    claim's token, the types, their leases and how early."""
+    return {
+        "worker_id": claims.worker_id,
+        "now": claims.claim_time(),
+        "job_types": job_types,
+        "leases": claims.leases,
+        "default_lease": JobType.time_to_run,
+        "ahead": claims.limited_ahead,
+    }
 
 
 def park_held(held: Iterable[Held], *, decided_at: float) -> None:
@@ -82,19 +122,21 @@ def park_held(held: Iterable[Held], *, decided_at: float) -> None:
     index_due_soon(timed)
 
 
-def release_slots(jobs: Iterable[DelayedJob]) -> None:
+def release_slots(jobs: Iterable[DelayedJob]) -> int:
     """Jobs of limited types ended (their outcomes are written): re-arm as many held jobs
-    of their keys as slots freed. Best effort, as ``park_held``."""
+    of their keys as slots freed. Best effort, as ``park_held``. How many were re-armed
+    (their lanes' consumers are woken by Redis)."""
     freed = [
         (lane(job.queue, job.job_type), job.limit_key) for job in jobs if job.limit_key is not None
     ]
     if not freed:
-        return
+        return 0
     try:
-        held_index.release(freed, now=clock.epoch())
+        return held_index.release(freed, now=clock.epoch())
     except RedisError as exc:
         logger.warning(
             "Could not wake the jobs held by %d freed slot(s) (%s); the pre-loader will.",
             len(freed),
             exc,
         )
+        return 0

@@ -33,7 +33,7 @@ from delayjobs.jobtypes import JobType, registry
 from delayjobs.models import DelayedJob, JobStatus
 from delayjobs.pauses import paused
 from delayjobs.recurring.ticks import materialise_schedules
-from delayjobs.transitions import prune_starts, reap_expired_leases
+from delayjobs.transitions import prune_limit_rows, reap_expired_leases
 
 logger = logging.getLogger("delayjobs.preloader")  # the old path: users' LOGGING names it
 
@@ -89,7 +89,7 @@ def _traced_pass(store: RedisStore, now: datetime) -> PassResult:
         rescheduled = reap_expired_leases(now)
         reaping.count(reaped=len(rescheduled))
     result.reaped = len(rescheduled)
-    prune_starts()
+    prune_limit_rows()
     for jobtype in registry:
         result.planned += _plan(jobtype, now, horizon, result.errors)
     try:

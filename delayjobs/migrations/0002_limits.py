@@ -28,6 +28,34 @@ class Migration(migrations.Migration):
                 "verbose_name_plural": "limit starts",
             },
         ),
+        migrations.CreateModel(
+            name="LimitReservation",
+            fields=[
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("limit_key", models.CharField(max_length=255, verbose_name="limit key")),
+                ("holder", models.CharField(max_length=64, verbose_name="holder")),
+                (
+                    "worker_id",
+                    models.CharField(blank=True, default="", max_length=255, verbose_name="worker"),
+                ),
+                ("slots", models.PositiveIntegerField(verbose_name="slots")),
+                ("until", models.FloatField(verbose_name="until")),
+            ],
+            options={
+                "verbose_name": "limit reservation",
+                "verbose_name_plural": "limit reservations",
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("limit_key", "holder"), name="delayjobs_limit_reservation_holder"
+                    )
+                ],
+            },
+        ),
         migrations.AddField(
             model_name="delayedjob",
             name="limit_key",

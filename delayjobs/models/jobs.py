@@ -374,7 +374,8 @@ class LimitStart(models.Model):
     limited claim sums a key's starts in the window, on the database's clock; the
     pre-loader's passes prune those every window has left. (A row per claim, not per job:
     a claim admitting a thousand jobs of a rate that has room writes one row, and the next
-    claim sums a few.)"""
+    claim sums a few.) Starts a consumer reserved are a row stamped with the end of the
+    time it may spend them (delayjobs.transitions.reservations)."""
 
     limit_key = models.CharField(_("limit key"), max_length=LIMIT_KEY_MAX_LENGTH)
     #: Seconds since the epoch on the database server's clock, as the claim read it: a
@@ -392,3 +393,38 @@ class LimitStart(models.Model):
 
     def __str__(self) -> str:
         return f"{self.limit_key} at {self.started}"
+
+
+class LimitReservation(models.Model):
+    """Slots of a key's ``global_concurrency`` that one consumer process reserved for its
+    next claims, so that it claims them without the limited claim's lock and count.
+
+    The limited claim reserves only where the limit has several times as much room left,
+    and counts a live reservation's slots as in use, on top of the key's running rows
+    (those claimed in it among them): the count is never below what runs. A reservation
+    lives until ``until``; its consumer stops using it long before, so it ends with no
+    operator action when that consumer dies. (Starts a rate reserves are ``LimitStart``
+    rows counted ahead: see delayjobs.transitions.reservations.)"""
+
+    limit_key = models.CharField(_("limit key"), max_length=LIMIT_KEY_MAX_LENGTH)
+    #: The consumer process that holds it: a random id of its own (two processes started
+    #: with one worker id never share a reservation).
+    holder = models.CharField(_("holder"), max_length=64)
+    worker_id = models.CharField(_("worker"), max_length=255, blank=True, default="")
+    slots = models.PositiveIntegerField(_("slots"))
+    #: Seconds since the epoch on the database server's clock, as ``LimitStart.started``.
+    until = models.FloatField(_("until"))
+
+    objects = WriteDatabaseManager()
+
+    class Meta:
+        verbose_name = _("limit reservation")
+        verbose_name_plural = _("limit reservations")
+        constraints = [
+            models.UniqueConstraint(
+                fields=["limit_key", "holder"], name="delayjobs_limit_reservation_holder"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.slots} of {self.limit_key} for {self.worker_id or self.holder}"

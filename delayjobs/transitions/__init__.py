@@ -19,9 +19,10 @@ from delayjobs.transitions.limiter import (
     LimitedClaim,
     claim_limited,
     due_limited_ids,
-    prune_starts,
+    prune_limit_rows,
 )
 from delayjobs.transitions.outcomes import Outcome, record_outcome_if_held, record_outcomes
+from delayjobs.transitions.reservations import Reservation, drop_reservations
 
 __all__ = [
     "CLAIM_TOLERANCE",
@@ -29,15 +30,17 @@ __all__ = [
     "Held",
     "LimitedClaim",
     "Outcome",
+    "Reservation",
     "cancel",
     "claim",
     "claim_due",
     "claim_limited",
+    "drop_reservations",
     "due_limited_ids",
     "give_back",
     "lease_start",
     "move",
-    "prune_starts",
+    "prune_limit_rows",
     "reap_expired_leases",
     "record_outcome_if_held",
     "record_outcomes",

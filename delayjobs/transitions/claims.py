@@ -60,6 +60,7 @@ def claim(
     leases: Mapping[str, timedelta],
     default_lease: timedelta,
     ahead: timedelta = timedelta(0),
+    limit_keys: Sequence[str] | None = None,
 ) -> list[DelayedJob]:
     """``scheduled -> running`` for the due rows among ``ids``; return the rows won.
 
@@ -67,7 +68,9 @@ def claim(
     a job type this consumer knows (others are left to a consumer that knows them, instead
     of spending their attempts here). ``now`` doubles as the claim's token: the caller
     gives every claim a distinct value. With ``ahead``, jobs not due yet are claimed: the
-    caller must not start one before its ``run_at``.
+    caller must not start one before its ``run_at``. With ``limit_keys``, only rows
+    counted under one of those fleet-wide limit keys (the caller has reserved room in
+    them: ``delayjobs.transitions.reservations``).
     """
     if not ids:
         return []
@@ -75,9 +78,11 @@ def claim(
     database = jobs_database()
     if connections[database].features.has_select_for_update_skip_locked:
         return _claim_skipping_locked(
-            ids, worker_id, now, cutoff, set(job_types), leases, default_lease, database
+            ids, worker_id, now, cutoff, set(job_types), leases, default_lease, database, limit_keys
         )
-    return _claim_with_update(ids, worker_id, now, cutoff, job_types, leases, default_lease)
+    return _claim_with_update(
+        ids, worker_id, now, cutoff, job_types, leases, default_lease, limit_keys
+    )
 
 
 def _claim_skipping_locked(
@@ -89,6 +94,7 @@ def _claim_skipping_locked(
     leases: Mapping[str, timedelta],
     default_lease: timedelta,
     database: str,
+    limit_keys: Sequence[str] | None,
 ) -> list[DelayedJob]:
     """The claim where rows can be locked with SKIP LOCKED (PostgreSQL): one statement.
 
@@ -109,14 +115,21 @@ def _claim_skipping_locked(
         params += [name, ttl]
     params += [default_lease, JobStatus.SCHEDULED, cutoff, text_array(sorted(known))]
     params += NOT_PAUSED_PARAMS
-    sql = _skip_locked_statement(database, connections[database].vendor, tuple(leases))
+    if limit_keys is not None:
+        params.append(text_array(limit_keys))
+    sql = _skip_locked_statement(
+        database, connections[database].vendor, tuple(leases), keyed=limit_keys is not None
+    )
     return fetch_models(DelayedJob, database, sql, params, bind_on_server=True)
 
 
 @functools.cache
-def _skip_locked_statement(database: str, vendor: str, leased_types: tuple[str, ...]) -> str:
+def _skip_locked_statement(
+    database: str, vendor: str, leased_types: tuple[str, ...], *, keyed: bool
+) -> str:
     """The SKIP LOCKED claim's SQL for ``database`` (and its vendor: tests may point an
-    alias elsewhere), with a lease CASE over ``leased_types``, in that order."""
+    alias elsewhere), with a lease CASE over ``leased_types``, in that order; ``keyed``:
+    for the rows of some limit keys only."""
     meta = DelayedJob._meta
     quote = connections[database].ops.quote_name
     table = quote(meta.db_table)
@@ -130,9 +143,11 @@ def _skip_locked_statement(database: str, vendor: str, leased_types: tuple[str, 
         time_to_run = f"CASE {table}.{c['job_type']} {cases} ELSE %s::interval END"
     lease = f"GREATEST(locked.{c['run_at']}, %s::timestamptz) + {time_to_run}"
     columns = model_columns(DelayedJob, database, qualified=True)
+    of_keys = f"AND locked.{c['limit_key']} = ANY(%s::text[])" if keyed else ""
     return f"""
         WITH locked AS MATERIALIZED (
-            SELECT {pk}, {c["status"]}, {c["run_at"]}, {c["job_type"]}, {c["queue"]}
+            SELECT {pk}, {c["status"]}, {c["run_at"]}, {c["job_type"]}, {c["queue"]},
+                {c["limit_key"]}
             FROM {table} WHERE {pk} = ANY(%s::bigint[]) FOR UPDATE SKIP LOCKED
         )
         UPDATE {table} SET
@@ -148,6 +163,7 @@ def _skip_locked_statement(database: str, vendor: str, leased_types: tuple[str, 
             AND locked.{c["run_at"]} <= %s
             AND locked.{c["job_type"]} = ANY(%s::text[])
             AND {not_paused_sql(database, "locked." + c["queue"], "locked." + c["job_type"])}
+            {of_keys}
         RETURNING {columns}
     """
 
@@ -180,6 +196,7 @@ _CLAIM_COLUMNS = (
     "job_type",
     "run_at",
     "queue",
+    "limit_key",
 )
 
 
@@ -199,6 +216,7 @@ def _claim_with_update(
     job_types: Sequence[str],
     leases: Mapping[str, timedelta],
     default_lease: timedelta,
+    limit_keys: Sequence[str] | None = None,
 ) -> list[DelayedJob]:
     """The portable claim: one conditional UPDATE (with RETURNING where there is one).
 
@@ -207,6 +225,8 @@ def _claim_with_update(
     due = DelayedJob.objects.filter(
         pk__in=ids, status=JobStatus.SCHEDULED, run_at__lte=cutoff, job_type__in=job_types
     ).exclude(paused_rows())
+    if limit_keys is not None:
+        due = due.filter(limit_key__in=limit_keys)
     changes = {
         "status": JobStatus.RUNNING,
         "attempts": F("attempts") + 1,

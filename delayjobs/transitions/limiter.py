@@ -10,10 +10,12 @@ docs/explanation/design.md):
   its single writer (the transaction writes first).
 - Slots in use are the key's rows in ``running``: a row leaves it when its outcome is
   recorded, or when its lease expires and the reaper gives it back, so a consumer that
-  died frees its slots with no operator action.
+  died frees its slots with no operator action. The slots consumers reserved
+  (``delayjobs.transitions.reservations``) count on top of them until they end.
 - Starts in the window are ``LimitStart`` rows stamped with the database server's clock
   (read after the locks, so their order is the order of the claims), one per key and
-  moment with the number of jobs started then, pruned as the window slides past them.
+  moment with the number of jobs started then, pruned as the window slides past them
+  (reserved starts among them, stamped ahead).
 - Candidates of a key are admitted by priority, then ``run_at``, then id, as many as fit;
   the others are left ``scheduled`` and unchanged (held), with what frees them.
 
@@ -37,7 +39,7 @@ from delayjobs.core import clock
 from delayjobs.core.db import column, int_array, server_bound_cursor, text_array
 from delayjobs.jobtypes import limits_of, registry
 from delayjobs.limits import Limits
-from delayjobs.models import DelayedJob, JobStatus, LimitStart, jobs_database
+from delayjobs.models import DelayedJob, JobStatus, LimitReservation, LimitStart, jobs_database
 from delayjobs.transitions.claims import (
     CLAIM_TOLERANCE,
     NOT_PAUSED_PARAMS,
@@ -46,6 +48,8 @@ from delayjobs.transitions.claims import (
     not_paused_sql,
     paused_rows,
 )
+from delayjobs.transitions.reservations import Reservation, Room, prune_reservations
+from delayjobs.transitions.reservations import reserve as reserve_room
 
 #: A start occupies its window this much longer than the window (at most a fifth of it).
 #: The start counted is the claim's moment on the database clock; the body begins a
@@ -84,6 +88,8 @@ class LimitedClaim:
     held: list[Held] = field(default_factory=list)
     #: The database clock the claim decided by (epoch seconds).
     at: float = 0.0
+    #: Room reserved for the consumer's next claims, by limit key.
+    reserved: dict[str, Reservation] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -103,13 +109,17 @@ def claim_limited(
     default_lease: timedelta,
     ahead: timedelta = timedelta(0),
     at: float | None = None,
+    reserve: int = 0,
+    holder: str = "",
 ) -> LimitedClaim:
     """Claim, among ``ids``, the due rows of limited ``job_types`` their limits admit.
 
     ``now`` is the claim's token and ``ahead`` how early a job may be claimed, as for
     ``claim``. A job claimed ahead holds its slot from the claim, and its start counts at
     its ``run_at`` (when its thread starts it). ``at`` replaces the database clock (epoch
-    seconds) for tests that move time themselves; None reads the server's.
+    seconds) for tests that move time themselves; None reads the server's. ``reserve``:
+    reserve that many jobs' room, for ``holder``, in each key claimed whose limits have
+    plenty to spare (``delayjobs.transitions.reservations``).
     """
     limits = {name: lim for name in job_types if (lim := limits_by_type(name)) is not None}
     if not ids or not limits:
@@ -133,7 +143,7 @@ def claim_limited(
         if at is not None:
             moment = at
         result = LimitedClaim(at=moment)
-        admitted = _admit(candidates, limits, moment, database, result)
+        admitted, room = _admit(candidates, limits, moment, database, result)
         if not admitted:
             return result
         _store_missing_keys(admitted, database)
@@ -155,6 +165,16 @@ def claim_limited(
             [(c, start) for c, start in admitted if c.pk in won and not c.expired], limits, database
         )
         result.jobs = jobs
+        if reserve > 0 and room:
+            result.reserved = reserve_room(
+                room,
+                want=reserve,
+                moment=moment,
+                ahead=ahead,
+                holder=holder,
+                worker_id=worker_id,
+                database=database,
+            )
         return result
 
 
@@ -302,8 +322,10 @@ def _admit(
     moment: float,
     database: str,
     result: LimitedClaim,
-) -> list[tuple[_Candidate, float]]:
-    """Which candidates fit, with the start each counts at; the others go to ``held``."""
+) -> tuple[list[tuple[_Candidate, float]], dict[str, Room]]:
+    """Which candidates fit, with the start each counts at; the others go to ``held``.
+    And the room each key's limits leave after them, for keys none of whose jobs was
+    held (the others have none to reserve)."""
     by_key: dict[str, list[_Candidate]] = defaultdict(list)
     for candidate in candidates:
         by_key[candidate.limit_key].append(candidate)
@@ -313,8 +335,9 @@ def _admit(
     since = {
         key: moment - _window(lim) for key, lim in limits_of_key.items() if lim.rate is not None
     }
-    running, windows = usage(list(by_key), since, database)
+    running, windows = usage(list(by_key), since, moment, database)
     admitted: list[tuple[_Candidate, float]] = []
+    room: dict[str, Room] = {}
     for key, group in by_key.items():
         lim = limits_of_key[key]
         slots = (
@@ -324,6 +347,7 @@ def _admit(
         )
         starts = windows.get(key, [])
         tokens = lim.rate.count - sum(n for _s, n in starts) if lim.rate is not None else len(group)
+        held_before = len(result.held)
         for candidate in group:  # by priority, then run_at (the query's order)
             start = max(moment, candidate.run_at.timestamp())
             if candidate.expired and slots > 0:
@@ -351,7 +375,13 @@ def _admit(
                         free_at,
                     )
                 )
-    return admitted
+        if len(result.held) == held_before:
+            room[key] = Room(
+                lim,
+                slots if lim.global_concurrency is not None else None,
+                tokens if lim.rate is not None else None,
+            )
+    return admitted, room
 
 
 def _frees_at(starts: list[tuple[float, int]], leaving: int, moment: float) -> float:
@@ -373,12 +403,12 @@ def _window(limits: Limits) -> float:
 
 
 def usage(
-    keys: Sequence[str], since: Mapping[str, float], database: str
+    keys: Sequence[str], since: Mapping[str, float], moment: float, database: str
 ) -> tuple[dict[str, int], dict[str, list[tuple[float, int]]]]:
-    """What the ``keys`` use, in one statement: their running rows (slots in use), and
-    the starts after ``since[key]`` of those with a rate, oldest first (moment, how many).
-    Read after the keys' locks: a statement of its own, so that it sees what the claims
-    before ours committed."""
+    """What the ``keys`` use, in one statement: their running rows and the slots reserved
+    for after ``moment`` (slots in use), and the starts after ``since[key]`` of those with
+    a rate, oldest first (moment, how many). Read after the keys' locks: a statement of
+    its own, so that it sees what the claims before ours committed."""
     connection = connections[database]
     quote = connection.ops.quote_name
     jobs = quote(DelayedJob._meta.db_table)
@@ -388,15 +418,21 @@ def usage(
     start_key = quote(column(LimitStart, "limit_key"))
     started = quote(column(LimitStart, "started"))
     count = quote(column(LimitStart, "count"))
+    reservations = quote(LimitReservation._meta.db_table)
+    reserved_key = quote(column(LimitReservation, "limit_key"))
+    slots = quote(column(LimitReservation, "slots"))
+    until = quote(column(LimitReservation, "until"))
     postgresql = connection.vendor == "postgresql"
     in_keys, key_params = _in_list(keys, postgresql)
-    # Each row: the key, whether it is a start (0: the count of running rows), its moment
-    # (a start's), how many.
+    # Each row: the key, whether it is a start (0: slots in use, running or reserved), its
+    # moment (a start's), how many.
     sql = (
         f"SELECT {key}, 0, 0.0, count(*) FROM {jobs}"
         f" WHERE {status} = %s AND {key} {in_keys} GROUP BY {key}"
+        f" UNION ALL SELECT {reserved_key}, 0, 0.0, sum({slots}) FROM {reservations}"
+        f" WHERE {reserved_key} {in_keys} AND {until} > %s GROUP BY {reserved_key}"
     )
-    params: list[Any] = [JobStatus.RUNNING, *key_params]
+    params: list[Any] = [JobStatus.RUNNING, *key_params, *key_params, moment]
     if since:
         in_rated, rated_params = _in_list(sorted(since), postgresql)
         sql += (
@@ -410,7 +446,7 @@ def usage(
         cursor.execute(sql, params)
         for row_key, is_start, moment, n in cursor.fetchall():
             if not is_start:
-                running[row_key] = n
+                running[row_key] = running.get(row_key, 0) + int(n)
             elif moment > since[row_key]:  # one query for every key: the earliest window's
                 windows[row_key].append((moment, n))
     for starts in windows.values():
@@ -443,7 +479,7 @@ def _record_starts(
     admitted: list[tuple[_Candidate, float]], limits: Mapping[str, Limits], database: str
 ) -> None:
     """Write the starts of rate-limited keys: one row per key and moment. (Those the
-    window has left are pruned by the pre-loader's passes, ``prune_starts``: the window's
+    window has left are pruned by the pre-loader's passes, ``prune_limit_rows``: the window's
     query reads past them.)"""
     rated = [(c, start) for c, start in admitted if limits[c.job_type].rate is not None]
     if not rated:
@@ -479,17 +515,20 @@ def due_limited_ids(
     return list(due.values_list("pk", flat=True)[:limit])
 
 
-def prune_starts() -> int:
-    """Drop the starts every rate window has left (a key claimed once keeps its start row
-    until then: the claim prunes only the keys it claims). By the database's clock;
-    run by each pre-loader pass. How many were dropped."""
-    windows = [_window(lim) for jt in registry if (lim := limits_of(jt)) and lim.rate]
-    if not windows:
-        # No statement for a project without rates (rows a removed rate left are a few,
-        # and pruned once a rate is declared again).
+def prune_limit_rows() -> int:
+    """Drop the starts every rate window has left and the reservations that ended, by the
+    database's clock; run by each pre-loader pass (the limited claim reads past both).
+    How many rows were dropped."""
+    limits = [lim for jt in registry if (lim := limits_of(jt)) is not None]
+    if not limits:
+        # No statement for a project without limits (rows a removed limit left are a
+        # few, and pruned once a limit is declared again).
         return 0
     database = jobs_database()
     horizon = _database_epoch(database)
-    longest = max(windows)
-    deleted, _ = LimitStart.objects.using(database).filter(started__lte=horizon - longest).delete()
+    deleted = prune_reservations(horizon, database)
+    windows = [_window(lim) for lim in limits if lim.rate is not None]
+    if windows:
+        old = LimitStart.objects.using(database).filter(started__lte=horizon - max(windows))
+        deleted += old.delete()[0]
     return deleted

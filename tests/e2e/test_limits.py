@@ -29,7 +29,7 @@ from django.utils import timezone
 
 import delayjobs
 from delayjobs.jobtypes import registry
-from delayjobs.models import DelayedJob, JobAttempt, JobStatus
+from delayjobs.models import DelayedJob, JobAttempt, JobStatus, LimitReservation
 from tests.conftest import ConsumerFactory, ConsumerProcess
 from tests.consumers import Outage, statuses, wait_final
 from tests.limit_jobs import LIMITS_ENV, TYPES, real_time
@@ -407,3 +407,31 @@ def test_thousands_of_keys(
         f"\n2000 keys of 1 job and 1 key of 20 (Rate 5/s each): {elapsed:.2f} s; "
         f"the flood's last job ended {flood_ends - others_end:+.2f} s from the last of all",
     )
+
+
+def test_a_limit_with_room_is_claimed_from_reservations_given_back_at_stop(
+    consumer_process: ConsumerFactory, redis_client: redis.Redis
+) -> None:
+    fleet = consumers(consumer_process)
+    wait_listening(redis_client, fleet, QUEUE)
+    overdue = timezone.now() - timedelta(seconds=30)
+    specs = [
+        {"job_type": "tests.limits.roomy", "payload": {"seconds": 0.0}, "run_at": overdue}
+        for _ in range(600)
+    ]
+    ids = [job.pk for job in delayjobs.schedule_many(specs)]
+    wait_final(ids, fleet, timeout=120)
+
+    assert statuses(ids) == {JobStatus.SUCCEEDED: len(ids)}
+    assert Span.objects.filter(job_id__in=ids).count() == len(ids)  # each ran once
+    # A limited claim records the time each job was due before it (30 s and more here);
+    # a claim under a reservation held none, and records none.
+    waits = [w.total_seconds() for w in JobAttempt.objects.values_list("limit_wait", flat=True)]
+    reserved = sum(w == 0 for w in waits)
+    assert 0 < reserved < len(ids), reserved
+    assert all(w == 0 or w >= 30 for w in waits)
+    for consumer in fleet:
+        consumer.send_signal(signal.SIGTERM)
+    for consumer in fleet:
+        assert consumer.wait(timeout=30) == 0
+    assert not LimitReservation.objects.exists()
