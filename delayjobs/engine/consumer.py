@@ -154,7 +154,7 @@ class Consumer:
         )
         self.pauses = PauseView(self.worker_id)
         # A claim's worth of this consumer's slots: what a limit with room is asked for.
-        self.reserved = ReservedRoom(want=self.concurrency * PREFETCH, worker_id=self.worker_id)
+        self.reserved = ReservedRoom(want=self.concurrency * PREFETCH)
         claims = Claims(
             worker_id=self.worker_id,
             ahead=settings.CLAIM_AHEAD,

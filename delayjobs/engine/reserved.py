@@ -45,13 +45,10 @@ class _Spending:
 class ReservedRoom:
     """This consumer's reservations, by limit key."""
 
-    def __init__(
-        self, *, want: int, worker_id: str, clock: Callable[[], float] = time.monotonic
-    ) -> None:
+    def __init__(self, *, want: int, clock: Callable[[], float] = time.monotonic) -> None:
         #: How many jobs' room a limited claim reserves in a key with plenty to spare.
         self.want = want
         self._clock = clock  # monotonic seconds (tests move their own)
-        self.worker_id = worker_id
         #: This process's own id for its reservations (worker ids may repeat).
         self.holder = uuid.uuid4().hex
         self._lock = threading.Lock()

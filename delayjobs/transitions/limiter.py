@@ -40,6 +40,7 @@ from delayjobs.core.db import column, int_array, server_bound_cursor, text_array
 from delayjobs.jobtypes import limits_of, registry
 from delayjobs.limits import Limits
 from delayjobs.models import DelayedJob, JobStatus, LimitReservation, LimitStart, jobs_database
+from delayjobs.transitions import reservations
 from delayjobs.transitions.claims import (
     CLAIM_TOLERANCE,
     NOT_PAUSED_PARAMS,
@@ -48,8 +49,7 @@ from delayjobs.transitions.claims import (
     not_paused_sql,
     paused_rows,
 )
-from delayjobs.transitions.reservations import Reservation, Room, prune_reservations
-from delayjobs.transitions.reservations import reserve as reserve_room
+from delayjobs.transitions.reservations import Reservation, Room
 
 #: A start occupies its window this much longer than the window (at most a fifth of it).
 #: The start counted is the claim's moment on the database clock; the body begins a
@@ -166,7 +166,7 @@ def claim_limited(
         )
         result.jobs = jobs
         if reserve > 0 and room:
-            result.reserved = reserve_room(
+            result.reserved = reservations.reserve(
                 room,
                 want=reserve,
                 moment=moment,
@@ -418,7 +418,7 @@ def usage(
     start_key = quote(column(LimitStart, "limit_key"))
     started = quote(column(LimitStart, "started"))
     count = quote(column(LimitStart, "count"))
-    reservations = quote(LimitReservation._meta.db_table)
+    reservations_table = quote(LimitReservation._meta.db_table)
     reserved_key = quote(column(LimitReservation, "limit_key"))
     slots = quote(column(LimitReservation, "slots"))
     until = quote(column(LimitReservation, "until"))
@@ -429,7 +429,7 @@ def usage(
     sql = (
         f"SELECT {key}, 0, 0.0, count(*) FROM {jobs}"
         f" WHERE {status} = %s AND {key} {in_keys} GROUP BY {key}"
-        f" UNION ALL SELECT {reserved_key}, 0, 0.0, sum({slots}) FROM {reservations}"
+        f" UNION ALL SELECT {reserved_key}, 0, 0.0, sum({slots}) FROM {reservations_table}"
         f" WHERE {reserved_key} {in_keys} AND {until} > %s GROUP BY {reserved_key}"
     )
     params: list[Any] = [JobStatus.RUNNING, *key_params, *key_params, moment]
@@ -526,7 +526,7 @@ def prune_limit_rows() -> int:
         return 0
     database = jobs_database()
     horizon = _database_epoch(database)
-    deleted = prune_reservations(horizon, database)
+    deleted = reservations.prune_reservations(horizon, database)
     windows = [_window(lim) for lim in limits if lim.rate is not None]
     if windows:
         old = LimitStart.objects.using(database).filter(started__lte=horizon - max(windows))

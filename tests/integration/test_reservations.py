@@ -185,7 +185,7 @@ class ReservingMachine(RuleBasedStateMachine):
         LimitStart.objects.all().delete()
         LimitReservation.objects.all().delete()
         self.at = T
-        self.room = ReservedRoom(want=WANT, worker_id="r", clock=lambda: self.at)
+        self.room = ReservedRoom(want=WANT, clock=lambda: self.at)
         self.waiting: list[int] = []
         self.running: dict[int, DelayedJob] = {}
         self.starts: list[float] = []

@@ -14,7 +14,7 @@ def job(pk: int, key: str = "k") -> DelayedJob:
 
 def ledger(**reserved: Reservation) -> tuple[ReservedRoom, list[float]]:
     now = [100.0]
-    room = ReservedRoom(want=3, worker_id="w", clock=lambda: now[0])
+    room = ReservedRoom(want=3, clock=lambda: now[0])
     room.add(reserved, since=room.now())
     return room, now
 
