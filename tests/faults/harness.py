@@ -10,6 +10,7 @@ the jobs scheduled and the rows delayjobs wrote. Figures go to the results file 
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -156,6 +157,21 @@ class FaultRun:
     def wait_listening(self, consumers: Sequence[ConsumerProcess]) -> None:
         """Started and idle: subscribed to the queue's wake-up channel."""
         wait_listening(self.redis, consumers, QUEUE)
+
+    @contextmanager
+    def stopped(self, consumers: Sequence[ConsumerProcess]) -> Iterator[None]:
+        """The consumers SIGSTOPped for the block, SIGCONTed after it. Around a batch's
+        scheduling: on a loaded machine the driver can return seconds late (the consumers
+        running its first jobs compete for the CPU with its cancels), by which time the
+        whole batch may have run, and a fault meant for the thick of the load would strike
+        after it. Stopped, they take nothing until the batch is written."""
+        for consumer in consumers:
+            consumer.send_signal(signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            for consumer in consumers:
+                consumer.send_signal(signal.SIGCONT)
 
     def stop_all(self) -> None:
         for consumer in self.consumers.values():

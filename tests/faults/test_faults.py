@@ -52,7 +52,8 @@ def test_a_sigkill_of_one_of_two_consumers(fault_run: RunFactory) -> None:
     survivor = run.start_consumer("a-survivor", concurrency=CONCURRENCY)
     run.wait_listening([victim, survivor])
     # 20 ms jobs: about ten running at any moment, so the kill always interrupts some.
-    run.schedule(JOBS, start_in=START_IN, spread=SPREAD, work_ms=20, cancel=CANCEL)
+    with run.stopped([victim, survivor]):  # the fault strikes mid-load, however slow the driver
+        run.schedule(JOBS, start_in=START_IN, spread=SPREAD, work_ms=20, cancel=CANCEL)
     run.wait_executions(FAULT_AFTER, [victim, survivor])
 
     killed_at = time.time()
@@ -110,7 +111,8 @@ def test_b_redis_flushall_under_load(fault_run: RunFactory) -> None:
     run = fault_run("b", "Redis FLUSHALL under load")
     consumers = [run.start_consumer(name, concurrency=CONCURRENCY) for name in ("b-one", "b-two")]
     run.wait_listening(consumers)
-    run.schedule(JOBS, start_in=START_IN, spread=SPREAD, cancel=CANCEL)
+    with run.stopped(consumers):  # the fault strikes mid-load, however slow the driver
+        run.schedule(JOBS, start_in=START_IN, spread=SPREAD, cancel=CANCEL)
     run.wait_executions(FAULT_AFTER, consumers)
 
     flushed_at = time.time()
@@ -215,7 +217,8 @@ def test_d_postgresql_restarted_under_load(fault_run: RunFactory) -> None:
     run = fault_run("d", f"PostgreSQL restarted under load ({POSTGRES_OUTAGE:.0f} s down)")
     consumers = [run.start_consumer(name, concurrency=CONCURRENCY) for name in ("d-one", "d-two")]
     run.wait_listening(consumers)
-    run.schedule(JOBS, start_in=START_IN, spread=SPREAD, cancel=CANCEL)
+    with run.stopped(consumers):  # the fault strikes mid-load, however slow the driver
+        run.schedule(JOBS, start_in=START_IN, spread=SPREAD, cancel=CANCEL)
     run.wait_executions(FAULT_AFTER, consumers)
 
     snapshot_at = time.time()
@@ -295,7 +298,8 @@ def test_f_sigterm_under_load(fault_run: RunFactory) -> None:
     graceful = run.start_consumer("f-graceful", concurrency=CONCURRENCY)
     run.wait_listening([graceful])
     # Longer jobs, so that most slots are busy when the signal comes.
-    run.schedule(JOBS, start_in=START_IN, spread=SPREAD, work_ms=15, cancel=CANCEL)
+    with run.stopped([graceful]):  # the fault strikes mid-load, however slow the driver
+        run.schedule(JOBS, start_in=START_IN, spread=SPREAD, work_ms=15, cancel=CANCEL)
     run.wait_executions(FAULT_AFTER, [graceful])
 
     term_at = time.time()

@@ -14,7 +14,6 @@ Figures go to build/scale/results.json; docs/howto/redis-sentinel.md quotes them
 from __future__ import annotations
 
 import os
-import signal
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -368,18 +367,13 @@ def test_entries_not_replicated_before_failover(sentinel_run: RunFactory) -> Non
     paused_at = time.time()
     # The consumers are stopped while the batch is written and counted: however slow the
     # driver is, none of them can take an entry off the master's index before it is counted.
-    for consumer in consumers:
-        consumer.send_signal(signal.SIGSTOP)
-    try:
+    with run.stopped(consumers):
         batch = run.schedule(
             UNREPLICATED, start_in=UNREPLICATED_START_IN, spread=UNREPLICATED_SPREAD
         )
         old_master = deployment.master.client()
         on_old_master = len(set(old_master.zrange(due_key(QUEUE), 0, -1)) & ids_of(batch.ids))
         old_master.close()
-    finally:
-        for consumer in consumers:
-            consumer.send_signal(signal.SIGCONT)
     killed_at = time.time()
     deployment.master.kill()
     deployment.replica.resume()
