@@ -25,26 +25,30 @@ def real_time() -> float:
 
 
 class Spanned(delayjobs.JobType):
-    """Records when its body ran: a span row written at its start, ended at its end.
+    """Records when its body ran, as a span row.
 
-    Payload: ``seconds`` (default 0.2) to run; ``release_file``: hold until it exists.
+    Payload: ``seconds`` (default 0.2) to run: the span is written once, at the end, so
+    that the body lasts ``seconds`` and one write (a limit's precision is measured against
+    it); ``release_file``: hold until it exists, the span written at the start (a test
+    waits for it) and ended at the end.
     """
 
     time_to_run = timedelta(seconds=3)
     max_attempts = 10
 
     def execute(self, job: DelayedJob) -> None:
-        span = Span.objects.create(
-            job_id=job.pk, attempt=job.attempts, limit_key=job.limit_key or "", started=real_time()
-        )
+        fields = {"job_id": job.pk, "attempt": job.attempts, "limit_key": job.limit_key or ""}
         payload = job.payload if isinstance(job.payload, dict) else {}
         release = payload.get("release_file")
-        if release:
-            deadline = time.monotonic() + 60
-            while not Path(release).exists() and time.monotonic() < deadline:
-                time.sleep(0.01)
-        else:
+        if not release:
+            started = real_time()
             time.sleep(payload.get("seconds", 0.2))
+            Span.objects.create(**fields, started=started, ended=real_time())
+            return
+        span = Span.objects.create(**fields, started=real_time())
+        deadline = time.monotonic() + 60
+        while not Path(release).exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
         span.ended = real_time()
         span.save(update_fields=["ended"])
 
