@@ -6,6 +6,7 @@ import io
 import json
 import logging
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -30,12 +31,17 @@ def real_ns() -> int:
 
 
 @pytest.fixture
-def fast_host(monkeypatch: pytest.MonkeyPatch) -> None:
+def fast_host(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """This process's wall clock, as Python reads it, a minute fast."""
     real_time, real_time_ns, real_now = time.time, time.time_ns, timezone.now
     monkeypatch.setattr(time, "time", lambda: real_time() + SKEW)
     monkeypatch.setattr(time, "time_ns", lambda: real_time_ns() + int(SKEW * 1e9))
     monkeypatch.setattr(timezone, "now", lambda: real_now() + timedelta(seconds=SKEW))
+    yield
+    # The process's shared clock, if a test synced it here, would otherwise report this
+    # host a minute fast to the tests after it.
+    monkeypatch.undo()
+    clock.shared.sync()
 
 
 def test_the_database_server_clock_is_read():
