@@ -67,6 +67,7 @@ DB_SENSITIVE = frozenset(
         "integration/test_round_trips.py",
         "integration/test_services.py",
         "integration/test_stats.py",
+        "integration/test_successors.py",
         "integration/test_tasks_backend.py",
         "integration/test_tasks_differential.py",
         "integration/test_tracing.py",

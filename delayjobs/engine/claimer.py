@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 
 from delayjobs.conf import MAX_CLAIM_AHEAD, settings
 from delayjobs.core import clock
+from delayjobs.engine.contended import Contended
 from delayjobs.engine.executors import Executor
 from delayjobs.engine.inflight import InFlight
 from delayjobs.engine.recorder import Recorder
@@ -85,6 +86,8 @@ class Claims:
     pauses: PauseView
     #: Room of fleet-wide limits this consumer reserved (``delayjobs.engine.reserved``).
     reserved: ReservedRoom
+    #: Where jobs are known to wait for a slot (``delayjobs.engine.contended``).
+    contended: Contended
     #: The known job types with fleet-wide limits: their jobs take the limited claim
     #: (``delayjobs.engine.limited``), every other job the plain one, as before.
     limited: frozenset[str] = frozenset()
@@ -119,7 +122,7 @@ class Claims:
     def plain_types(self) -> list[str]:
         """The open types the plain claim may take: a limited type's row popped from a
         plain lane (indexed by a process that did not know its limits) is left to its own
-        lane instead (``_reindex_unclaimed`` puts it there)."""
+        lane instead (``reindex_unclaimed`` puts it there)."""
         open_types = self.open_types()
         if not self.limited:
             return open_types

@@ -46,6 +46,7 @@ from delayjobs.core import metrics, tracing
 from delayjobs.core.db import drop_broken_connections
 from delayjobs.engine import preloader, presence
 from delayjobs.engine.claimer import Claims, PauseView
+from delayjobs.engine.contended import Contended
 from delayjobs.engine.executors import executor_class
 from delayjobs.engine.fallback import RedisFallback
 from delayjobs.engine.fetch_database import DatabaseFetcher
@@ -56,14 +57,15 @@ from delayjobs.engine.limited import release_slots
 from delayjobs.engine.recorder import Recorder
 from delayjobs.engine.reserved import ReservedRoom
 from delayjobs.engine.slots import Slots
+from delayjobs.engine.successors import fill_freed_slots
 from delayjobs.engine.timeouts import EXIT_STUCK, TimeOuts
 from delayjobs.index.client import describe_target
 from delayjobs.index.handoff import index_due_soon
 from delayjobs.index.store import RedisStore, get_store
 from delayjobs.jobtypes import JobType, registry
-from delayjobs.lanes import lanes, limited_types
+from delayjobs.lanes import lane, lanes, limited_types
 from delayjobs.models import DelayedJob
-from delayjobs.transitions import drop_reservations
+from delayjobs.transitions import Outcome, drop_reservations
 
 __all__ = ["EXIT_STUCK", "PREFETCH", "PREFETCH_BUDGET", "Consumer", "default_worker_id"]
 
@@ -140,11 +142,17 @@ class Consumer:
         )
         # Only a burst waits for the recorder (it ends once every outcome is written):
         # otherwise a written batch is no reason to wake the main loop.
+        # Keys whose jobs wait for a slot: the outcomes that free one are written by the
+        # main loop, with the claim of the jobs waiting (delayjobs.engine.successors).
+        self.contended = Contended()
+        limited = bool(limited_types())
         self.recorder = Recorder(
             on_retries=index_due_soon,
             on_idle=self.inflight.wake if burst else _no_wake,
             # Only a consumer of types with fleet-wide limits looks at each outcome for them.
-            on_freed=self._slots_freed if limited_types() else None,
+            on_freed=self._slots_freed if limited else None,
+            route=self._routed_to_successors if limited else None,
+            on_routed=self.inflight.wake,
         )
         self.executor_impl = executor_type(
             inflight=self.inflight,
@@ -170,6 +178,7 @@ class Consumer:
             recorder=self.recorder,
             pauses=self.pauses,
             reserved=self.reserved,
+            contended=self.contended,
             limited=limited_types(),
         )
         # Each queue's lanes (see delayjobs.lanes); which one pops first rotates, so that
@@ -221,7 +230,16 @@ class Consumer:
         short into claims of a few jobs each."""
         self.reserved.finished(jobs)
         if release_slots(jobs):
+            # Jobs were waiting: the next outcomes of these keys go to the main loop.
+            self.contended.mark(
+                (lane(job.queue, job.job_type), job.limit_key)
+                for job in jobs
+                if job.limit_key is not None
+            )
             self.inflight.wake()
+
+    def _routed_to_successors(self, outcome: Outcome) -> bool:
+        return self.contended.covers(outcome.job)
 
     @property
     def processed(self) -> int:
@@ -301,6 +319,10 @@ class Consumer:
     def _shutdown(self) -> None:
         self._stopping = True
         self._stop_event.set()
+        # The main loop writes no more outcomes: the recorder writes them all, and wakes
+        # the jobs their slots were waited for by, as it does any other's.
+        self.contended.close()
+        self.recorder.reroute()
         self.timeouts.drain()
         self.executor_impl.stop()
         self._drained.set()
@@ -335,6 +357,8 @@ class Consumer:
                     self._stop_stuck(filled)
                 next_timeout = _earliest(next_timeout, self.executor_impl.poll())
                 self.pauses.refresh()
+                if self.recorder.routed:
+                    fill_freed_slots(self.fetch_redis, self.recorder)
                 wait = self.executor_impl.hold_off() or self.fallback.turn(
                     self.fetch_redis, self.fetch_database
                 )

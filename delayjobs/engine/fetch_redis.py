@@ -116,7 +116,7 @@ class RedisFetcher:
         except Exception:
             # A later lane failed: the ids popped from the earlier ones go back now, or
             # they would wait for the next pre-loader pass, up to a window late.
-            self._put_back(popped)
+            self.put_back(popped)
             raise
         # Redis answered. Only then: a turn that did not ask it (waiting for slots to free
         # up in a backlog) says nothing of Redis, and must not end a streak of failures.
@@ -130,7 +130,7 @@ class RedisFetcher:
         try:
             # Types without a free slot are not claimed. Their jobs are in their own lanes,
             # not popped; one found in the queue's lane (indexed by a process that did not
-            # know the type's limit yet) is put back, into its lane, by _reindex_unclaimed.
+            # know the type's limit yet) is put back, into its lane, by reindex_unclaimed.
             if plain:
                 jobs = transitions.claim(
                     plain,
@@ -144,7 +144,7 @@ class RedisFetcher:
         except Exception:
             # The ids left Redis but no row was claimed: put them back, or they would wait
             # for the next pre-loader pass.
-            self._put_back(popped)
+            self.put_back(popped)
             raise
         # Claimed rows run before anything else can fail: a claimed job left unstarted
         # would only come back after its lease, with an attempt spent.
@@ -153,7 +153,7 @@ class RedisFetcher:
         if len(jobs) < len(plain):
             claimed = {job.pk for job in jobs}
             try:
-                self._reindex_unclaimed([pk for pk in plain if pk not in claimed])
+                self.reindex_unclaimed([pk for pk in plain if pk not in claimed])
             except DatabaseError:
                 logger.warning("Could not re-index unclaimed jobs; the pre-loader will.")
         if limited:
@@ -166,13 +166,13 @@ class RedisFetcher:
         try:
             jobs, held = claim_limited(self.claims, limited, park=True)
         except Exception:
-            self._put_back({pk: popped[pk] for pk in limited})
+            self.put_back({pk: popped[pk] for pk in limited})
             raise
         claimed = {job.pk for job in jobs}
         left = [pk for pk in limited if pk not in claimed and pk not in held]
         if left:
             try:
-                self._reindex_unclaimed(left)
+                self.reindex_unclaimed(left)
             except DatabaseError:
                 logger.warning("Could not re-index unclaimed jobs; the pre-loader will.")
         return len(jobs)
@@ -184,7 +184,7 @@ class RedisFetcher:
             return []
         return [pk for pk, (name, _score) in popped.items() if split_lane(name)[1] in limited]
 
-    def _put_back(self, popped: dict[int, tuple[str, float]]) -> None:
+    def put_back(self, popped: dict[int, tuple[str, float]]) -> None:
         """Return popped ids to their lanes, best effort: if Redis refuses even that, the
         pre-loader's next pass puts them back (the rows are the truth)."""
         if not popped:
@@ -198,7 +198,7 @@ class RedisFetcher:
                 exc,
             )
 
-    def _reindex_unclaimed(self, ids: list[int]) -> None:
+    def reindex_unclaimed(self, ids: list[int]) -> None:
         """Ids popped but not claimed: put back those that should run later.
 
         Cancelled, finished or taken by another consumer: dropped. Still scheduled: moved

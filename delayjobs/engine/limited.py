@@ -39,14 +39,25 @@ def claim_limited(
 ) -> tuple[list[DelayedJob], set[int]]:
     """Claim what the limits admit among ``ids`` and start it; with ``park``, hand what
     they held to Redis, to be woken when a slot or a start frees. Returns the jobs
-    started and the ids held.
+    started and the ids held."""
+    jobs, result = claim_limited_rows(claims, ids)
+    start_limited(claims, jobs, result, park=park)
+    return jobs, {job.pk for job in result.held}
+
+
+def claim_limited_rows(
+    claims: Claims, ids: Sequence[int]
+) -> tuple[list[DelayedJob], transitions.LimitedClaim]:
+    """``claim_limited``'s claim alone, for a caller that starts the jobs once its own
+    transaction around it commits (``start_limited``): the jobs claimed, and the claim
+    (what it held, when it decided).
 
     Rows of keys where this consumer reserved room enough for them all are claimed first,
     with the plain claim; the rest (other keys, or none reserved) take the limited claim,
     which reserves room where its limits have plenty to spare."""
     job_types = claims.limited_types()
     if not ids or not job_types:
-        return [], set()
+        return [], transitions.LimitedClaim()
     jobs = _claim_reserved(claims, ids, job_types)
     if len(jobs) < len(ids):
         if jobs:
@@ -63,12 +74,25 @@ def claim_limited(
         jobs += result.jobs
     else:
         result = transitions.LimitedClaim()
+    return jobs, result
+
+
+def start_limited(
+    claims: Claims, jobs: list[DelayedJob], result: transitions.LimitedClaim, *, park: bool
+) -> None:
+    """Start what ``claim_limited_rows`` claimed; with ``park``, hand what it held to Redis.
+    The keys whose jobs wait for a slot are contended from now on (see
+    ``delayjobs.engine.contended``)."""
     claims.start(jobs)
     for job in jobs:
         metrics.limit_wait(job.job_type, job.limit_wait)
     if park and result.held:
         park_held(result.held, decided_at=result.at)
-    return jobs, {job.pk for job in result.held}
+        claims.contended.mark(
+            (lane(job.queue, job.job_type), job.limit_key)
+            for job in result.held
+            if job.free_at is None
+        )
 
 
 def _claim_reserved(claims: Claims, ids: Sequence[int], job_types: list[str]) -> list[DelayedJob]:

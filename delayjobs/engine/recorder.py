@@ -35,6 +35,8 @@ class Recorder:
         on_retries: Callable[[list[IndexEntry]], None],
         on_idle: Callable[[], None],
         on_freed: Callable[[list[DelayedJob]], None] | None = None,
+        route: Callable[[Outcome], bool] | None = None,
+        on_routed: Callable[[], None] | None = None,
         max_batch: int = 500,
     ) -> None:
         # (outcome, whether to log its line); None asks the thread to stop.
@@ -44,6 +46,12 @@ class Recorder:
         # Jobs of types with fleet-wide limits whose outcomes are written: their slots are
         # free, and the jobs their limits held are to be woken (delayjobs.engine.limited).
         self._on_freed = on_freed
+        # Outcomes that free a slot jobs wait for (``route``) are set aside for the main
+        # loop, which writes them with the claim of those jobs (``take_routed``), and
+        # woken for them (``on_routed``). Counted as pending and waiting like the others.
+        self._route = route
+        self._on_routed = on_routed
+        self._routed: list[tuple[Outcome, bool]] = []
         self._max_batch = max_batch
         self._pending = 0
         # The jobs whose outcomes wait to be written, by the outcome: their consumer keeps
@@ -73,14 +81,48 @@ class Recorder:
         """Write ``outcome`` with the next batch; ``log``: log the line that says how the
         execution ended, too (for the threads that run jobs, so that they spend nothing on
         it: the recorder logs a batch's lines one after the other, before writing it)."""
+        routed = self._route is not None and self._route(outcome)
         with self._lock:
             self._pending += 1
             self._waiting[id(outcome)] = outcome
-        self._queue.put((outcome, log))
+            if routed:
+                self._routed.append((outcome, log))
+        if not routed:
+            self._queue.put((outcome, log))
+        elif self._on_routed is not None:
+            self._on_routed()
+
+    @property
+    def routed(self) -> bool:
+        """Whether routed outcomes wait to be taken (read without the lock: a list's
+        length is read atomically, and a late answer is caught up by the next turn)."""
+        return bool(self._routed)
+
+    def take_routed(self) -> list[tuple[Outcome, bool]]:
+        """The routed outcomes not taken yet, (outcome, whether to log its line): the caller
+        writes them and says so (``routed_written``), or gives them back (``reroute``)."""
+        with self._lock:
+            routed, self._routed = self._routed, []
+        return routed
+
+    def routed_written(self, routed: list[tuple[Outcome, bool]]) -> None:
+        """Routed outcomes taken and written by the caller: no longer pending."""
+        self._done([outcome for outcome, _log in routed])
+        self._on_idle()
+
+    def reroute(self, routed: list[tuple[Outcome, bool]] | None = None) -> None:
+        """Write these routed outcomes as any other (all not taken yet, if None): the
+        caller could not, or is stopping."""
+        if routed is None:
+            routed = self.take_routed()
+        for item in routed:
+            self._queue.put(item)
 
     def stop(self, timeout: float = 30.0) -> None:
         """Write what is left (trying for up to ``timeout`` seconds), then end the thread."""
         self._stop_deadline = time.monotonic() + timeout
+        self._route = None
+        self.reroute()
         self._queue.put(None)
         self._thread.join()
 
@@ -121,11 +163,14 @@ class Recorder:
         except Exception:  # this thread must outlive anything one batch can throw
             logger.exception("Unexpected error while recording %d outcome(s)", len(batch))
         finally:
-            with self._lock:
-                self._pending -= len(batch)
-                for outcome in batch:
-                    self._waiting.pop(id(outcome), None)
+            self._done(batch)
             self._on_idle()
+
+    def _done(self, outcomes: list[Outcome]) -> None:
+        with self._lock:
+            self._pending -= len(outcomes)
+            for outcome in outcomes:
+                self._waiting.pop(id(outcome), None)
 
     def _record(self, batch: list[Outcome], stopping: bool) -> list[IndexEntry]:
         """Write ``batch``; wait out an unreachable database, isolate an unwritable outcome."""

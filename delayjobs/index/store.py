@@ -130,19 +130,22 @@ class RedisStore:
         ]
         return self.call_scripts(ADD_LUA, calls)
 
-    @_redis_errors
     def call_scripts(self, script: str, calls: list[tuple[list[str], list[str]]]) -> int:
-        """Run ``script`` once per (keys, args), in one round trip; the sum of what the
-        calls returned. One call (a schedule(), a retry, one key's jobs ended) is sent
-        alone: in a pipeline, redis-py would first ask SCRIPT EXISTS, a round trip of its
-        own."""
+        """``each_script_call``, for scripts that return a count: the sum of the counts."""
+        return sum(int(n) for n in self.each_script_call(script, calls))
+
+    @_redis_errors
+    def each_script_call(self, script: str, calls: list[tuple[list[str], list[str]]]) -> list[Any]:
+        """Run ``script`` once per (keys, args), in one round trip; what each call returned.
+        One call (a schedule(), a retry, one key's jobs ended) is sent alone: in a
+        pipeline, redis-py would first ask SCRIPT EXISTS, a round trip of its own."""
         if len(calls) == 1:
             keys, args = calls[0]
-            return int(self.call_script(self.client, script, keys, args))
+            return [self.call_script(self.client, script, keys, args)]
         pipe = self.client.pipeline(transaction=False)
         for keys, args in calls:
             self.call_script(pipe, script, keys, args)
-        return sum(int(n) for n in pipe.execute())
+        return list(pipe.execute())
 
     def call_script(self, client: Any, script: str, keys: list[str], args: list[str]) -> Any:
         """Run ``script`` on ``client`` (this store's client, or a pipeline of it).
