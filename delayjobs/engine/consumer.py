@@ -46,7 +46,7 @@ from delayjobs.core import metrics, tracing
 from delayjobs.core.db import drop_broken_connections
 from delayjobs.engine import preloader, presence
 from delayjobs.engine.claimer import Claims, PauseView
-from delayjobs.engine.contended import Contended
+from delayjobs.engine.contended import Contended, groups
 from delayjobs.engine.executors import executor_class
 from delayjobs.engine.fallback import RedisFallback
 from delayjobs.engine.fetch_database import DatabaseFetcher
@@ -63,7 +63,7 @@ from delayjobs.index.client import describe_target
 from delayjobs.index.handoff import index_due_soon
 from delayjobs.index.store import RedisStore, get_store
 from delayjobs.jobtypes import JobType, registry
-from delayjobs.lanes import lane, lanes, limited_types
+from delayjobs.lanes import lanes, limited_types
 from delayjobs.models import DelayedJob
 from delayjobs.transitions import Outcome, drop_reservations
 
@@ -140,12 +140,12 @@ class Consumer:
             ),
             limited_types=limited_types(),
         )
-        # Only a burst waits for the recorder (it ends once every outcome is written):
-        # otherwise a written batch is no reason to wake the main loop.
         # Keys whose jobs wait for a slot: the outcomes that free one are written by the
         # main loop, with the claim of the jobs waiting (delayjobs.engine.successors).
         self.contended = Contended()
         limited = bool(limited_types())
+        # Only a burst waits for the recorder (it ends once every outcome is written):
+        # otherwise a written batch is no reason to wake the main loop.
         self.recorder = Recorder(
             on_retries=index_due_soon,
             on_idle=self.inflight.wake if burst else _no_wake,
@@ -231,11 +231,7 @@ class Consumer:
         self.reserved.finished(jobs)
         if release_slots(jobs):
             # Jobs were waiting: the next outcomes of these keys go to the main loop.
-            self.contended.mark(
-                (lane(job.queue, job.job_type), job.limit_key)
-                for job in jobs
-                if job.limit_key is not None
-            )
+            self.contended.mark(groups(jobs))
             self.inflight.wake()
 
     def _routed_to_successors(self, outcome: Outcome) -> bool:

@@ -10,10 +10,27 @@ write by the main loop; one wrongly counted out, the path every other outcome ta
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Protocol
 
 from delayjobs.index.held import HeldGroup
 from delayjobs.lanes import lane
 from delayjobs.models import DelayedJob
+
+
+class Keyed(Protocol):
+    """A job, or a job held by its limit (``delayjobs.transitions.limiter.Held``)."""
+
+    @property
+    def queue(self) -> str: ...
+    @property
+    def job_type(self) -> str: ...
+    @property
+    def limit_key(self) -> str | None: ...
+
+
+def groups(jobs: Iterable[Keyed]) -> list[HeldGroup]:
+    """Where the slots of ``jobs``, those of limited keys, are waited for: one item per job."""
+    return [(lane(job.queue, job.job_type), job.limit_key) for job in jobs if job.limit_key]
 
 
 class Contended:
@@ -34,9 +51,6 @@ class Contended:
         self._open = False
 
     def covers(self, job: DelayedJob) -> bool:
-        return (
-            self._open
-            and bool(self._groups)  # the common case, a limit with room: nothing to look up
-            and job.limit_key is not None
-            and (lane(job.queue, job.job_type), job.limit_key) in self._groups
-        )
+        if not self._open or not self._groups:  # the common case: a limit with room
+            return False
+        return any(group in self._groups for group in groups([job]))

@@ -20,6 +20,7 @@ from redis import RedisError
 from delayjobs import transitions
 from delayjobs.core import clock, metrics
 from delayjobs.engine.claimer import Claims
+from delayjobs.engine.contended import groups
 from delayjobs.index import held as held_index
 from delayjobs.index.handoff import index_due_soon
 from delayjobs.jobtypes import JobType
@@ -88,11 +89,7 @@ def start_limited(
         metrics.limit_wait(job.job_type, job.limit_wait)
     if park and result.held:
         park_held(result.held, decided_at=result.at)
-        claims.contended.mark(
-            (lane(job.queue, job.job_type), job.limit_key)
-            for job in result.held
-            if job.free_at is None
-        )
+        claims.contended.mark(groups(job for job in result.held if job.free_at is None))
 
 
 def _claim_reserved(claims: Claims, ids: Sequence[int], job_types: list[str]) -> list[DelayedJob]:
@@ -150,9 +147,7 @@ def release_slots(jobs: Iterable[DelayedJob]) -> int:
     """Jobs of limited types ended (their outcomes are written): re-arm as many held jobs
     of their keys as slots freed. Best effort, as ``park_held``. How many were re-armed
     (their lanes' consumers are woken by Redis)."""
-    freed = [
-        (lane(job.queue, job.job_type), job.limit_key) for job in jobs if job.limit_key is not None
-    ]
+    freed = groups(jobs)
     if not freed:
         return 0
     try:

@@ -14,13 +14,13 @@ outcomes back to the recorder and the jobs back to their lanes.
 from __future__ import annotations
 
 import logging
-from collections import Counter
 
 from django.db import DatabaseError, transaction
 from redis import RedisError
 
 from delayjobs import transitions
 from delayjobs.core import clock
+from delayjobs.engine.contended import groups
 from delayjobs.engine.fetch_redis import RedisFetcher
 from delayjobs.engine.limited import claim_limited_rows, release_slots, start_limited
 from delayjobs.engine.outcome_log import log_outcome_of
@@ -28,7 +28,7 @@ from delayjobs.engine.recorder import Recorder
 from delayjobs.index import held as held_index
 from delayjobs.index.handoff import index_due_soon
 from delayjobs.index.held import HeldGroup
-from delayjobs.lanes import lane, split_lane
+from delayjobs.lanes import split_lane
 from delayjobs.models import DelayedJob, jobs_database
 
 logger = logging.getLogger("delayjobs.consumer")
@@ -42,7 +42,7 @@ def fill_freed_slots(fetcher: RedisFetcher, recorder: Recorder) -> int:
         return 0
     claims = fetcher.claims
     outcomes = [outcome for outcome, _log in routed]
-    taken = _take_held(fetcher, [outcome.job for outcome in outcomes])
+    taken, unfilled = _take_held(fetcher, [outcome.job for outcome in outcomes])
     ids = [pk for pks in taken.values() for pk in pks]
     now = clock.epoch()
     try:
@@ -50,7 +50,11 @@ def fill_freed_slots(fetcher: RedisFetcher, recorder: Recorder) -> int:
             retries = transitions.record_outcomes(outcomes)
             jobs, result = claim_limited_rows(claims, ids)
     except Exception:
+        # The recorder writes them, waiting out a database that is away as it does (and
+        # wakes their keys' held jobs once they are written); until this path works again
+        # (a slot freed then marks its key anew), the keys' outcomes go to it too.
         recorder.reroute(routed)
+        claims.contended.unmark(groups(outcome.job for outcome in outcomes))
         fetcher.put_back({pk: (group[0], now) for group, pks in taken.items() for pk in pks})
         raise
     for outcome, log in routed:
@@ -59,6 +63,11 @@ def fill_freed_slots(fetcher: RedisFetcher, recorder: Recorder) -> int:
     recorder.routed_written(routed)
     claims.reserved.finished([outcome.job for outcome in outcomes])
     start_limited(claims, jobs, result, park=True)
+    # Slots this consumer had no room or no held job for, free now that the outcomes are
+    # committed: released as the recorder releases any (moved back, stamped, woken), so
+    # that a job another consumer parked meanwhile is not left waiting.
+    if unfilled and release_slots(unfilled):
+        claims.contended.mark(groups(unfilled))
     settled = {job.pk for job in jobs} | {job.pk for job in result.held}
     left = [pk for pk in ids if pk not in settled]
     if left:
@@ -70,41 +79,38 @@ def fill_freed_slots(fetcher: RedisFetcher, recorder: Recorder) -> int:
     return len(jobs)
 
 
-def _take_held(fetcher: RedisFetcher, ended: list[DelayedJob]) -> dict[HeldGroup, list[int]]:
-    """Take off their held sets as many jobs as ``ended`` freed slots, within this
-    consumer's room; the slots it has no room for are released to the lanes' consumers,
-    as the recorder does. A key whose held set ran out is no longer contended."""
+def _take_held(
+    fetcher: RedisFetcher, ended: list[DelayedJob]
+) -> tuple[dict[HeldGroup, list[int]], list[DelayedJob]]:
+    """Take off their held sets as many jobs as ``ended`` free slots, within this consumer's
+    room. Returns the ids taken, by group, and the ended jobs whose slots none was taken for
+    (no room here, or nobody left waiting: such a key is no longer contended)."""
     claims = fetcher.claims
     by_group: dict[HeldGroup, list[DelayedJob]] = {}
     for job in ended:
-        if job.limit_key is not None:
-            by_group.setdefault((lane(job.queue, job.job_type), job.limit_key), []).append(job)
+        for group in groups([job]):
+            by_group.setdefault(group, []).append(job)
     budget = claims.inflight.budget()
-    ours: list[HeldGroup] = []
-    theirs: list[DelayedJob] = []
+    room: dict[HeldGroup, int] = {}
     for group, jobs in by_group.items():
         queue, job_type = split_lane(group[0])
-        room = 0
+        fits = 0
         if job_type is not None and not claims.pauses.current.covers(queue, job_type):
-            room = min(budget.room(queue, job_type), claims.inflight.limited_room(job_type))
-        room = max(min(room, len(jobs)), 0)
-        budget.spend(queue, job_type, room)
-        ours += [group] * room
-        theirs += jobs[room:]
+            fits = min(budget.room(queue, job_type), claims.inflight.limited_room(job_type))
+        room[group] = max(min(fits, len(jobs)), 0)
+        budget.spend(queue, job_type, room[group])
     taken: dict[HeldGroup, list[int]] = {}
     try:
-        if ours:
-            taken = held_index.take(ours, now=clock.epoch())
+        taken = held_index.take(group for group, n in room.items() for _ in range(n))
     except RedisError as exc:
-        claims.contended.unmark(ours)  # until Redis answers, outcomes go to the recorder
+        claims.contended.unmark(room)  # until Redis answers, outcomes go to the recorder
         logger.warning(
             "Could not take the jobs held for %d freed slot(s) (%s); the pre-loader will "
             "put them back.",
-            len(ours),
+            sum(room.values()),
             exc,
         )
-    wanted = Counter(ours)
-    claims.contended.unmark(group for group, pks in taken.items() if len(pks) < wanted[group])
-    if theirs:
-        release_slots(theirs)
-    return taken
+    filled = {group: len(taken.get(group, [])) for group in by_group}
+    claims.contended.unmark(group for group, n in room.items() if filled[group] < n)
+    unfilled = [job for group, jobs in by_group.items() for job in jobs[filled[group] :]]
+    return taken, unfilled

@@ -59,12 +59,12 @@ redis.call('PUBLISH', KEYS[4], ARGV[2])
 return #ids
 """
 
-# KEYS: held set, lane, release stamp, wake channel. ARGV: slots freed, now, stamp's TTL.
-# As RELEASE_LUA, for the consumer that freed the slots and claims their successors itself:
-# the earliest held ids are taken off and returned, not moved into the lane, and nobody
-# else is woken for them.
+# KEYS: held set. ARGV: slots freed.
+# For the consumer that frees the slots and claims their successors itself, before the
+# outcome that frees them is committed: the earliest held ids are taken off and returned,
+# nobody else is woken for them, and no release is stamped (the slot is not free yet; a
+# slot left free is released once it is, see delayjobs.engine.successors).
 TAKE_LUA = """
-redis.call('SET', KEYS[3], ARGV[2], 'PX', ARGV[3])
 local ids = redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)
 if #ids > 0 then redis.call('ZREM', KEYS[1], unpack(ids)) end
 return ids
@@ -93,27 +93,25 @@ def hold(parked: dict[HeldGroup, list[tuple[int, float]]], *, decided_at: float,
 
 def release(freed: Iterable[HeldGroup], *, now: float, store: RedisStore | None = None) -> int:
     """Slots of these (lane, limit key)s freed (one per item): move held jobs back."""
-    calls = _release_calls(Counter(freed), now)
-    return (store or get_store()).call_scripts(RELEASE_LUA, calls) if calls else 0
-
-
-def take(freed: Iterable[HeldGroup], *, now: float) -> dict[HeldGroup, list[int]]:
-    """Slots of these (lane, limit key)s freed (one per item), for the caller to fill: take
-    as many held ids off, earliest first (each group's, however few it had)."""
     counts = Counter(freed)
-    calls = _release_calls(counts, now)
-    if not calls:
-        return {}
-    found = get_store().each_script_call(TAKE_LUA, calls)
-    return {group: [int(pk) for pk in ids] for group, ids in zip(counts, found, strict=True)}
-
-
-def _release_calls(counts: Counter[HeldGroup], now: float) -> list[tuple[list[str], list[str]]]:
-    """One call of RELEASE_LUA or TAKE_LUA per group, with its count of slots freed."""
-    return [
+    if not counts:
+        return 0
+    calls = [
         (_keys(lane_name, limit_key), [str(n), repr(now), str(RELEASE_STAMP_TTL_MS)])
         for (lane_name, limit_key), n in counts.items()
     ]
+    return (store or get_store()).call_scripts(RELEASE_LUA, calls)
+
+
+def take(freed: Iterable[HeldGroup]) -> dict[HeldGroup, list[int]]:
+    """Slots of these (lane, limit key)s freed (one per item), for the caller to fill: take
+    as many held ids off, earliest first (each group's, however few it had)."""
+    counts = Counter(freed)
+    if not counts:
+        return {}
+    calls = [([held_key(lane_name, key)], [str(n)]) for (lane_name, key), n in counts.items()]
+    found = get_store().each_script_call(TAKE_LUA, calls)
+    return {group: [int(pk) for pk in ids] for group, ids in zip(counts, found, strict=True)}
 
 
 def _keys(lane_name: str, limit_key: str) -> list[str]:
