@@ -47,11 +47,12 @@ def claim_limited(
 
 
 def claim_limited_rows(
-    claims: Claims, ids: Sequence[int]
+    claims: Claims, ids: Sequence[int], *, reserve: bool = True
 ) -> tuple[list[DelayedJob], transitions.LimitedClaim]:
     """``claim_limited``'s claim alone, for a caller that starts the jobs once its own
     transaction around it commits (``start_limited``): the jobs claimed, and the claim
-    (what it held, when it decided).
+    (what it held, when it decided). Such a caller reserves nothing (``reserve``): the
+    consumer's ledger would count a reservation its transaction may yet roll back.
 
     Rows of keys where this consumer reserved room enough for them all are claimed first,
     with the plain claim; the rest (other keys, or none reserved) take the limited claim,
@@ -68,7 +69,7 @@ def claim_limited_rows(
         result = transitions.claim_limited(
             ids,
             **_claim_terms(claims, job_types),
-            reserve=claims.reserved.want,
+            reserve=claims.reserved.want if reserve else 0,
             holder=claims.reserved.holder,
         )
         claims.reserved.add(result.reserved, since=since)

@@ -48,7 +48,7 @@ def fill_freed_slots(fetcher: RedisFetcher, recorder: Recorder) -> int:
     try:
         with transaction.atomic(using=jobs_database()):
             retries = transitions.record_outcomes(outcomes)
-            jobs, result = claim_limited_rows(claims, ids)
+            jobs, result = claim_limited_rows(claims, ids, reserve=False)
     except Exception:
         # The recorder writes them, waiting out a database that is away as it does (and
         # wakes their keys' held jobs once they are written); until this path works again
