@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from datetime import timedelta
 
 from django.db import DatabaseError
 from redis import RedisError
@@ -22,7 +23,7 @@ from delayjobs.engine.fallback import RedisFallback
 from delayjobs.engine.limited import claim_limited
 from delayjobs.index.handoff import index_due_soon
 from delayjobs.index.store import RedisStore
-from delayjobs.jobtypes import JobType
+from delayjobs.jobtypes import JobType, registry
 from delayjobs.lanes import index_entry, split_lane
 from delayjobs.models import DelayedJob, JobStatus
 
@@ -31,6 +32,9 @@ logger = logging.getLogger("delayjobs.consumer")
 #: In a backlog, how long a free slot may wait for others to free up, so that one claim
 #: fills many slots instead of one claim (a Redis and a database round trip) per slot.
 REFILL_WAIT = 0.002
+#: How much later than its window and the claim's lead a rate-held job's entry may come
+#: (the clocks' readings and rounding); a burst waits for it (see ``_held_by_a_rate``).
+RATE_HOLD_MARGIN = timedelta(milliseconds=100)
 
 
 class RedisFetcher:
@@ -237,6 +241,30 @@ class RedisFetcher:
                 ", ".join(self.claims.job_types),
             )
 
+    def _held_by_a_rate(self, until_next: float) -> bool:
+        """Whether a burst must wait for the next entry, ``until_next`` seconds away: jobs
+        a rate holds are due already, their entries waiting in their lanes for the window
+        to free a start. So if a due row of an open limited type is in this consumer's
+        queues, and the next entry comes within the time a rate can hold one: its window,
+        from a start counted up to the limited claim's lead ahead, or up to half a window
+        later (reserved starts, ``delayjobs.transitions.reservations``), and a margin for
+        the clocks' rounding."""
+        claims = self.claims
+        types = claims.limited_types()
+        windows = [rate.per for name in types if (rate := registry.get(name).rate_limit)]
+        if not windows:
+            return False
+        longest = max(windows) * 3 / 2 + claims.limited_ahead + RATE_HOLD_MARGIN
+        if until_next > longest.total_seconds():
+            return False
+        queues = {split_lane(name)[0] for name in self.lanes} - claims.pauses.current.queues
+        return DelayedJob.objects.filter(
+            status=JobStatus.SCHEDULED,
+            run_at__lte=clock.now(),
+            job_type__in=types,
+            queue__in=queues,
+        ).exists()
+
     def _time_to_next(self, free: int) -> float | None:
         """Seconds to sleep; None when a burst run is done."""
         idle = settings.IDLE_TIMEOUT.total_seconds()
@@ -248,7 +276,12 @@ class RedisFetcher:
         self.fallback.redis_answered()
         now = clock.epoch()
         due = min(scores.values(), default=None)
-        if claims.burst and (due is None or due > now) and claims.idle():
+        if (
+            claims.burst
+            and (due is None or due > now)
+            and claims.idle()
+            and (due is None or not self._held_by_a_rate(due - now))
+        ):
             return None
         if not claims.burst and len(open_lanes) == len(self.lanes):
             # Every lane has room: what comes next is a due time (or a wake-up from the

@@ -207,6 +207,18 @@ def test_rate_20_per_second_never_starts_more_than_20_in_any_second(
     )
 
 
+def test_a_burst_runs_the_jobs_a_rate_held_before_it_exits(
+    consumer_process: ConsumerFactory,
+) -> None:
+    # 30 due under Rate(20, per=1 s): 10 of them wait for the window, due already.
+    specs = [{"job_type": "tests.limits.rate", "payload": {"seconds": 0.01}} for _ in range(30)]
+    ids = [job.pk for job in delayjobs.schedule_many(specs)]
+    burst = consumer_process("--queue", QUEUE, "--burst", env={LIMITS_ENV: "1"})
+    assert burst.wait(timeout=60) == 0, burst.output()
+    assert statuses(ids) == {JobStatus.SUCCEEDED: 30}
+    assert most_in_window(admissions(ids), 1.0) <= 20
+
+
 def test_per_key_limits_hold_per_key_while_keys_run_side_by_side(
     consumer_process: ConsumerFactory, record_property: Any, redis_client: redis.Redis
 ) -> None:
