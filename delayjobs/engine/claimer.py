@@ -15,6 +15,7 @@ from delayjobs.engine.executors import Executor
 from delayjobs.engine.inflight import InFlight
 from delayjobs.engine.recorder import Recorder
 from delayjobs.engine.reserved import ReservedRoom
+from delayjobs.engine.slots import Budget
 from delayjobs.models import DelayedJob
 from delayjobs.pauses import Paused
 from delayjobs.pauses import paused as read_pauses  # "paused" names a local below
@@ -127,6 +128,19 @@ class Claims:
         if not self.limited:
             return open_types
         return [name for name in open_types if name not in self.limited]
+
+    def lane_room(
+        self, budget: Budget, queue: str, job_type: str | None, limited_taken: int = 0
+    ) -> int:
+        """How many of a lane's jobs a claim may take now: none while paused; within the
+        claim's ``budget``; a limited type's also within its own prefetch
+        (``InFlight.limited_room``), less the limited jobs the claim took already."""
+        if self.pauses.current.covers(queue, job_type):
+            return 0
+        room = budget.room(queue, job_type)
+        if job_type in self.limited:
+            room = min(room, self.inflight.limited_room(job_type) - limited_taken)
+        return max(room, 0)
 
     def limited_types(self) -> list[str]:
         """The open types with fleet-wide limits."""

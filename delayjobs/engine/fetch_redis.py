@@ -101,11 +101,7 @@ class RedisFetcher:
         try:
             for name in self.lanes[first:] + self.lanes[:first]:
                 queue, job_type = split_lane(name)
-                if self.claims.pauses.current.covers(queue, job_type):
-                    continue
-                wanted = budget.room(queue, job_type)
-                if job_type in claims.limited:
-                    wanted = min(wanted, claims.inflight.limited_room(job_type) - limited_taken)
+                wanted = claims.lane_room(budget, queue, job_type, limited_taken)
                 if wanted <= 0:
                     continue
                 taken, more_due = self.store.pop_due(name, now + claims.ahead_of(job_type), wanted)

@@ -94,10 +94,7 @@ def _take_held(
     room: dict[HeldGroup, int] = {}
     for group, jobs in by_group.items():
         queue, job_type = split_lane(group[0])
-        fits = 0
-        if job_type is not None and not claims.pauses.current.covers(queue, job_type):
-            fits = min(budget.room(queue, job_type), claims.inflight.limited_room(job_type))
-        room[group] = max(min(fits, len(jobs)), 0)
+        room[group] = min(claims.lane_room(budget, queue, job_type), len(jobs))
         budget.spend(queue, job_type, room[group])
     taken: dict[HeldGroup, list[int]] = {}
     try:
